@@ -1,0 +1,143 @@
+// Package keys builds every Redis key dtq uses. Nothing else formats a key.
+//
+// All keys of one queue carry the queue name as a hash tag ({Q}), so every
+// script touches one slot and dtq runs unchanged on Redis Cluster.
+//
+//	PREFIX:{Q}:p0 … PREFIX:{Q}:p9   stream, group "dtq": one entry per delivery (task, attempt)
+//	PREFIX:{Q}:t:ID                 hash: the task record
+//	PREFIX:{Q}:schedule             zset: task id → due time (ms) of delayed tasks and retries
+//	PREFIX:{Q}:claimed              zset: task id → claim time (ms) of scheduler claims in flight
+//	PREFIX:{Q}:dead                 zset: task id → time (ms) it died
+//	PREFIX:{Q}:u:KEY                string: unique key → task id
+//	PREFIX:{Q}:paused               string: present while the queue is paused
+//	PREFIX:queues                   set: every queue ever enqueued to
+//	PREFIX:workers                  set: worker ids that have heartbeated
+//	PREFIX:worker:ID                hash: a worker's heartbeat, expires after 3× the interval
+//	PREFIX:lock:scheduler           string: scheduler leader token (the worker id)
+//	PREFIX:events                   stream, capped: lifecycle events
+package keys
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+)
+
+// Group is the consumer group every worker reads the priority streams through.
+const Group = "dtq"
+
+// DefaultPrefix is the key prefix unless configured otherwise.
+const DefaultPrefix = "dtq"
+
+// Bands is the number of priority bands; priority 9 is the most urgent.
+const Bands = 10
+
+// MaxPriority is the most urgent priority.
+const MaxPriority = Bands - 1
+
+var queueName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// ValidQueue reports whether name is an acceptable queue name: [A-Za-z0-9_.-]{1,64}.
+func ValidQueue(name string) error {
+	if !queueName.MatchString(name) {
+		if len(name) > 64 {
+			return fmt.Errorf("queue name is %d bytes, more than 64", len(name))
+		}
+		return fmt.Errorf("queue name %q must match [A-Za-z0-9_.-]{1,64}", name)
+	}
+	return nil
+}
+
+// ValidPriority reports whether p is a priority band 0..9.
+func ValidPriority(p int) error {
+	if p < 0 || p > MaxPriority {
+		return fmt.Errorf("priority %d out of range 0..%d", p, MaxPriority)
+	}
+	return nil
+}
+
+// Space names the keys under one prefix.
+type Space struct{ prefix string }
+
+// New returns the key space under prefix ("" means DefaultPrefix).
+func New(prefix string) Space {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return Space{prefix: prefix}
+}
+
+// Prefix returns the prefix of this key space.
+func (s Space) Prefix() string { return s.prefix }
+
+// Queue returns the keys of one queue.
+func (s Space) Queue(q string) Queue {
+	base := s.prefix + ":{" + q + "}:"
+	var q0 Queue
+	q0.Name = q
+	q0.base = base
+	for p := 0; p < Bands; p++ {
+		q0.Streams[p] = base + "p" + strconv.Itoa(p)
+	}
+	return q0
+}
+
+// Queues is the set of every queue enqueued to.
+func (s Space) Queues() string { return s.prefix + ":queues" }
+
+// Workers is the set of worker ids that have heartbeated.
+func (s Space) Workers() string { return s.prefix + ":workers" }
+
+// Worker is one worker's heartbeat hash.
+func (s Space) Worker(id string) string { return s.prefix + ":worker:" + id }
+
+// SchedulerLock is the scheduler leader lock.
+func (s Space) SchedulerLock() string { return s.prefix + ":lock:scheduler" }
+
+// Events is the capped lifecycle event stream.
+func (s Space) Events() string { return s.prefix + ":events" }
+
+// Queue holds the keys of one queue.
+type Queue struct {
+	Name    string
+	base    string
+	Streams [Bands]string // Streams[p] is the stream of priority p
+}
+
+// Stream returns the stream of priority p.
+func (q Queue) Stream(p int) string { return q.Streams[p] }
+
+// Task returns the hash of task id.
+func (q Queue) Task(id string) string { return q.base + "t:" + id }
+
+// TaskPrefix is the prefix of task hashes: TaskPrefix()+id == Task(id).
+// Scripts receive it to name the task of a stream entry they just read.
+func (q Queue) TaskPrefix() string { return q.base + "t:" }
+
+// Schedule is the zset of delayed tasks and retries by due time.
+func (q Queue) Schedule() string { return q.base + "schedule" }
+
+// Claimed is the zset of scheduler claims in flight.
+func (q Queue) Claimed() string { return q.base + "claimed" }
+
+// Dead is the zset of dead tasks.
+func (q Queue) Dead() string { return q.base + "dead" }
+
+// Unique returns the key holding the task id enqueued under a unique key.
+func (q Queue) Unique(key string) string { return q.base + "u:" + key }
+
+// UniquePrefix is the prefix of unique keys.
+func (q Queue) UniquePrefix() string { return q.base + "u:" }
+
+// Paused is present while the queue is paused.
+func (q Queue) Paused() string { return q.base + "paused" }
+
+// BandOf returns the priority band of a stream key of this queue, or -1.
+func (q Queue) BandOf(stream string) int {
+	for p, s := range q.Streams {
+		if s == stream {
+			return p
+		}
+	}
+	return -1
+}

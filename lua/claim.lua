@@ -1,0 +1,185 @@
+-- claim.lua: take stream entries for one worker and start their tasks, atomically.
+--
+-- Closes the seed's races 1 and 2. A task is started from an entry only when
+--   * the task is queued and the entry's attempt is not older than the task's
+--     (a fresh delivery; the task's attempt becomes entry attempt + 1), or
+--   * the task is running from this very entry and the entry was just taken over by
+--     XAUTOCLAIM from a silent worker (a reclaim; the attempt is incremented, so the
+--     silent worker's execution is fenced off).
+-- Every other entry is absorbed: XACK + XDEL, nothing runs (TASK_DUPLICATE_ABSORBED).
+-- An entry without a task field, with a bad attempt or naming no task hash is moved to a
+-- dead record "invalid-<entry id>" that keeps its raw fields.
+--
+-- The task hash is named by the entry just read, so it cannot come in through KEYS; it
+-- is KEYS[12] .. task id, a key of the same slot (same {Q} hash tag) as every KEY here.
+--
+-- KEYS[1..10] streams p0..p9
+-- KEYS[11]    paused flag          PREFIX:{Q}:paused
+-- KEYS[12]    task key prefix      PREFIX:{Q}:t:
+-- KEYS[13]    dead zset            PREFIX:{Q}:dead
+-- ARGV[1]  consumer group
+-- ARGV[2]  consumer (worker id)
+-- ARGV[3]  now ms
+-- ARGV[4]  mode: "read" (XREADGROUP new entries, bands 9..0) or "reclaim" (XAUTOCLAIM)
+-- ARGV[5]  how many entries to take at most
+-- ARGV[6]  payload limit in bytes
+-- ARGV[7]  min idle ms (reclaim mode)
+-- ARGV[8]  queue name
+-- ARGV[9]  n: entries already delivered to this consumer (from a blocking XREADGROUP)
+-- ARGV[10..] n pairs: band, entry id
+--
+-- returns {started, absorbed, invalid, paused}
+--   started:  list of {entry, band, id, attempt, function, payload, timeout_ms,
+--             max_retries, failures, unique, created_at, reclaimed(0|1)}
+--   absorbed: list of {entry, band, id, status}  (status "dead" when the script killed the task)
+--   invalid:  list of {entry, band, dead id, reason}
+--   paused:   1 when the queue is paused (no new entries were read)
+local group, consumer, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local mode, want, maxpayload = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local minidle, queue = tonumber(ARGV[7]), ARGV[8]
+local prefix, deadkey = KEYS[12], KEYS[13]
+
+local started, absorbed, invalid = {}, {}, {}
+
+local function ack(stream, eid)
+  redis.call("XACK", stream, group, eid)
+  redis.call("XDEL", stream, eid)
+end
+
+local function reject(stream, band, eid, fields, reason)
+  ack(stream, eid)
+  local did = "invalid-" .. eid
+  local raw = "{}"
+  if fields and #fields > 0 then
+    local m = {}
+    for i = 1, #fields, 2 do m[tostring(fields[i])] = tostring(fields[i + 1]) end
+    raw = cjson.encode(m)
+  end
+  redis.call("HSET", prefix .. did, "id", did, "queue", queue, "function", "",
+    "status", "dead", "priority", band, "attempt", 0, "failures", 0,
+    "error", reason, "raw", raw, "entry", eid, "created_at", now, "finished_at", now)
+  redis.call("ZADD", deadkey, now, did)
+  invalid[#invalid + 1] = {eid, band, did, reason}
+end
+
+local function kill(stream, band, eid, id, h, reason)
+  ack(stream, eid)
+  redis.call("HSET", h, "status", "dead", "error", reason, "finished_at", now)
+  redis.call("ZADD", deadkey, now, id)
+  absorbed[#absorbed + 1] = {eid, band, id, "dead"}
+end
+
+local function take(band, eid, fields, reclaiming)
+  local stream = KEYS[band + 1]
+  if not fields then
+    return -- deleted while pending; XAUTOCLAIM drops it from the PEL itself
+  end
+  local id, a
+  for i = 1, #fields, 2 do
+    if fields[i] == "task" then id = fields[i + 1] elseif fields[i] == "attempt" then a = fields[i + 1] end
+  end
+  if not id or id == "" then
+    return reject(stream, band, eid, fields, "malformed entry: no task field")
+  end
+  local an = tonumber(a)
+  if not an or an < 0 or an ~= math.floor(an) then
+    return reject(stream, band, eid, fields, "malformed entry: attempt " .. tostring(a) .. " is not a count")
+  end
+  if #id > 200 or string.find(id, "[{}]") then
+    return reject(stream, band, eid, fields, "malformed entry: bad task id")
+  end
+  local h = prefix .. id
+  local t = redis.call("HMGET", h, "status", "attempt", "entry", "function", "payload",
+    "timeout_ms", "max_retries", "failures", "unique", "created_at", "handback")
+  local status = t[1]
+  if not status then
+    return reject(stream, band, eid, fields, "unknown task " .. id)
+  end
+  local attempt = tonumber(t[2]) or 0
+  local failures = tonumber(t[8]) or 0
+  local maxr = tonumber(t[7]) or 0
+  local reclaimed = 0
+  if status == "queued" and an >= attempt then
+    attempt = an + 1
+  elseif reclaiming and status == "running" and t[3] == eid then
+    -- The worker running this entry went silent past the visibility timeout. A hand-back
+    -- at drain (handback == attempt) is not the task's fault; a silent death counts as a failure.
+    if t[11] ~= tostring(attempt) then
+      failures = failures + 1
+      redis.call("HSET", h, "failures", failures)
+      if failures > maxr then
+        return kill(stream, band, eid, id, h, "worker lost during attempt " .. attempt ..
+          " (no heartbeat within the visibility timeout) and no retries left")
+      end
+    end
+    attempt = attempt + 1
+    reclaimed = 1
+    redis.call("HINCRBY", h, "reclaims", 1)
+  else
+    ack(stream, eid)
+    absorbed[#absorbed + 1] = {eid, band, id, status}
+    return
+  end
+  local payload = t[5] or ""
+  if #payload > maxpayload then
+    redis.call("HSET", h, "attempt", attempt, "worker", consumer, "entry", eid)
+    return kill(stream, band, eid, id, h, "payload is " .. #payload .. " bytes, over the limit of " .. maxpayload)
+  end
+  redis.call("HSET", h, "status", "running", "attempt", attempt, "worker", consumer,
+    "started_at", now, "entry", eid, "band", band)
+  started[#started + 1] = {eid, band, id, attempt, t[4] or "", payload, t[6] or "0",
+    t[7] or "0", failures, t[9] or "", t[10] or "0", reclaimed}
+end
+
+-- entries a blocking XREADGROUP already delivered to this consumer
+local n = tonumber(ARGV[9])
+for i = 0, n - 1 do
+  local band, eid = tonumber(ARGV[10 + 2 * i]), ARGV[11 + 2 * i]
+  local r = redis.call("XRANGE", KEYS[band + 1], eid, eid)
+  if #r == 1 then take(band, eid, r[1][2], false) else
+    redis.call("XACK", KEYS[band + 1], group, eid)
+  end
+end
+
+local paused = 0
+if mode == "read" then
+  if redis.call("EXISTS", KEYS[11]) == 1 then
+    paused = 1
+  else
+    local band = 9
+    while band >= 0 and want > 0 do
+      local ok, r = pcall(redis.call, "XREADGROUP", "GROUP", group, consumer,
+        "COUNT", want, "STREAMS", KEYS[band + 1], ">")
+      if not ok then
+        -- no group yet (stream never enqueued to, or deleted): create it, nothing to read
+        redis.call("XGROUP", "CREATE", KEYS[band + 1], group, "0", "MKSTREAM")
+      elseif r then
+        for _, e in ipairs(r[1][2]) do
+          take(band, e[1], e[2], false)
+          want = want - 1
+        end
+      end
+      band = band - 1
+    end
+  end
+elseif mode == "reclaim" then
+  for band = 9, 0, -1 do
+    local cursor, rounds = "0-0", 0
+    while want > 0 and rounds < 10 do
+      local ok, r = pcall(redis.call, "XAUTOCLAIM", KEYS[band + 1], group, consumer,
+        minidle, cursor, "COUNT", want)
+      if not ok then break end
+      for _, e in ipairs(r[2]) do
+        if e and e[1] then
+          take(band, e[1], e[2], true)
+          want = want - 1
+        end
+      end
+      cursor = r[1]
+      rounds = rounds + 1
+      if cursor == "0-0" then break end
+    end
+  end
+end
+
+return {started, absorbed, invalid, paused}

@@ -1,0 +1,476 @@
+// Package lua holds every Redis script dtq runs, one .lua file each, embedded at
+// build time, with one typed Go wrapper per script. Each file's header lists its
+// KEYS, ARGV and return value.
+package lua
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/keys"
+)
+
+var (
+	//go:embed enqueue.lua
+	enqueueSrc string
+	//go:embed claim.lua
+	claimSrc string
+	//go:embed complete.lua
+	completeSrc string
+	//go:embed touch.lua
+	touchSrc string
+	//go:embed sched_claim.lua
+	schedClaimSrc string
+	//go:embed sched_enqueue.lua
+	schedEnqueueSrc string
+	//go:embed lock_renew.lua
+	lockRenewSrc string
+	//go:embed lock_release.lua
+	lockReleaseSrc string
+	//go:embed cancel.lua
+	cancelSrc string
+	//go:embed requeue.lua
+	requeueSrc string
+
+	enqueueScript      = redis.NewScript(enqueueSrc)
+	claimScript        = redis.NewScript(claimSrc)
+	completeScript     = redis.NewScript(completeSrc)
+	touchScript        = redis.NewScript(touchSrc)
+	schedClaimScript   = redis.NewScript(schedClaimSrc)
+	schedEnqueueScript = redis.NewScript(schedEnqueueSrc)
+	lockRenewScript    = redis.NewScript(lockRenewSrc)
+	lockReleaseScript  = redis.NewScript(lockReleaseSrc)
+	cancelScript       = redis.NewScript(cancelSrc)
+	requeueScript      = redis.NewScript(requeueSrc)
+)
+
+var all = []*redis.Script{enqueueScript, claimScript, completeScript, touchScript,
+	schedClaimScript, schedEnqueueScript, lockRenewScript, lockReleaseScript,
+	cancelScript, requeueScript}
+
+// Load loads every script into the script cache of c, so that pipelined EVALSHA
+// calls find them. Script.Run falls back to EVAL by itself; pipelines do not.
+func Load(ctx context.Context, c redis.Scripter) error {
+	for _, s := range all {
+		if err := s.Load(ctx, c).Err(); err != nil {
+			return fmt.Errorf("lua: load script: %w", err)
+		}
+	}
+	return nil
+}
+
+// IsNoScript reports whether err says the script cache lost a script (Redis restarted).
+func IsNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// Errors a script's return codes map to.
+var (
+	ErrTaskExists  = errors.New("a task with this id exists already")
+	ErrNotFound    = errors.New("no such task")
+	ErrWrongStatus = errors.New("task is not in a state that allows this")
+)
+
+// EnqueueArgs are the fields of a new task.
+type EnqueueArgs struct {
+	ID         string
+	Function   string
+	Payload    []byte
+	Priority   int
+	MaxRetries int
+	TimeoutMS  int64
+	NowMS      int64
+	RunAtMS    int64  // <= NowMS: run now
+	Unique     string // "" for none
+}
+
+// EnqueueCmd queues one enqueue on c (a pipeline, typically) by EVALSHA; call Load
+// first. Read its result with EnqueueResult.
+func EnqueueCmd(ctx context.Context, c redis.Scripter, q keys.Queue, a EnqueueArgs) *redis.Cmd {
+	ks, args := enqueueKV(q, a)
+	return enqueueScript.EvalSha(ctx, c, ks, args...)
+}
+
+// Enqueue creates one task and returns its id; created is false when a task with the
+// same unique key exists (its id is returned).
+func Enqueue(ctx context.Context, c redis.Scripter, q keys.Queue, a EnqueueArgs) (id string, created bool, err error) {
+	ks, args := enqueueKV(q, a)
+	return EnqueueResult(enqueueScript.Run(ctx, c, ks, args...))
+}
+
+func enqueueKV(q keys.Queue, a EnqueueArgs) ([]string, []any) {
+	ukey, uflag := q.Task(a.ID), "0"
+	if a.Unique != "" {
+		ukey, uflag = q.Unique(a.Unique), "1"
+	}
+	return []string{q.Task(a.ID), q.Stream(a.Priority), q.Schedule(), ukey},
+		[]any{a.ID, q.Name, a.Function, a.Payload, a.Priority, a.MaxRetries, a.TimeoutMS,
+			a.NowMS, a.RunAtMS, uflag, keys.Group, a.Unique}
+}
+
+// EnqueueResult decodes the reply of an EnqueueCmd.
+func EnqueueResult(cmd *redis.Cmd) (id string, created bool, err error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return "", false, fmt.Errorf("enqueue: %w", err)
+	}
+	if len(v) != 2 {
+		return "", false, fmt.Errorf("enqueue: unexpected reply %v", v)
+	}
+	id, _ = v[0].(string)
+	code, _ := v[1].(int64)
+	switch code {
+	case 1:
+		return id, true, nil
+	case 0:
+		return id, false, nil
+	default:
+		return id, false, fmt.Errorf("enqueue %s: %w", id, ErrTaskExists)
+	}
+}
+
+// ClaimArgs says what one claim call takes.
+type ClaimArgs struct {
+	Consumer   string
+	NowMS      int64
+	Reclaim    bool // XAUTOCLAIM entries idle >= MinIdleMS instead of reading new ones
+	Want       int  // most entries to read or reclaim
+	MaxPayload int
+	MinIdleMS  int64
+	Delivered  []Delivered // entries a blocking XREADGROUP already delivered
+}
+
+// Delivered names an entry already delivered to the consumer.
+type Delivered struct {
+	Band  int
+	Entry string
+}
+
+// Started is a task the claim started: the caller must run it.
+type Started struct {
+	Entry      string
+	Band       int
+	ID         string
+	Attempt    int64
+	Function   string
+	Payload    string
+	TimeoutMS  int64
+	MaxRetries int
+	Failures   int
+	Unique     string
+	CreatedMS  int64
+	Reclaimed  bool
+}
+
+// Absorbed is an entry the claim ACKed without running.
+type Absorbed struct {
+	Entry  string
+	Band   int
+	ID     string
+	Status string // the task's status; "dead" when the claim killed the task
+}
+
+// Invalid is a malformed entry the claim moved to a dead record.
+type Invalid struct {
+	Entry  string
+	Band   int
+	DeadID string
+	Reason string
+}
+
+// ClaimResult is the decoded reply of a claim.
+type ClaimResult struct {
+	Started  []Started
+	Absorbed []Absorbed
+	Invalid  []Invalid
+	Paused   bool
+}
+
+// Claim reads (or reclaims) entries of one queue and starts their tasks atomically.
+func Claim(ctx context.Context, c redis.Scripter, q keys.Queue, a ClaimArgs) (ClaimResult, error) {
+	ks := make([]string, 0, 13)
+	ks = append(ks, q.Streams[:]...)
+	ks = append(ks, q.Paused(), q.TaskPrefix(), q.Dead())
+	mode := "read"
+	if a.Reclaim {
+		mode = "reclaim"
+	}
+	args := make([]any, 0, 9+2*len(a.Delivered))
+	args = append(args, keys.Group, a.Consumer, a.NowMS, mode, a.Want, a.MaxPayload, a.MinIdleMS, q.Name, len(a.Delivered))
+	for _, d := range a.Delivered {
+		args = append(args, d.Band, d.Entry)
+	}
+	v, err := claimScript.Run(ctx, c, ks, args...).Slice()
+	if err != nil {
+		return ClaimResult{}, fmt.Errorf("claim %s: %w", q.Name, err)
+	}
+	return decodeClaim(v)
+}
+
+func decodeClaim(v []any) (ClaimResult, error) {
+	var r ClaimResult
+	if len(v) != 4 {
+		return r, fmt.Errorf("claim: unexpected reply of %d elements", len(v))
+	}
+	for _, row := range rows(v[0]) {
+		if len(row) != 12 {
+			return r, fmt.Errorf("claim: started row of %d fields", len(row))
+		}
+		r.Started = append(r.Started, Started{
+			Entry: str(row[0]), Band: int(num(row[1])), ID: str(row[2]), Attempt: num(row[3]),
+			Function: str(row[4]), Payload: str(row[5]), TimeoutMS: num(row[6]),
+			MaxRetries: int(num(row[7])), Failures: int(num(row[8])), Unique: str(row[9]),
+			CreatedMS: num(row[10]), Reclaimed: num(row[11]) == 1,
+		})
+	}
+	for _, row := range rows(v[1]) {
+		if len(row) == 4 {
+			r.Absorbed = append(r.Absorbed, Absorbed{Entry: str(row[0]), Band: int(num(row[1])), ID: str(row[2]), Status: str(row[3])})
+		}
+	}
+	for _, row := range rows(v[2]) {
+		if len(row) == 4 {
+			r.Invalid = append(r.Invalid, Invalid{Entry: str(row[0]), Band: int(num(row[1])), DeadID: str(row[2]), Reason: str(row[3])})
+		}
+	}
+	r.Paused = num(v[3]) == 1
+	return r, nil
+}
+
+// Outcome is how an execution ended.
+type Outcome byte
+
+// Outcomes of an execution.
+const (
+	Succeeded Outcome = 's'
+	Retry     Outcome = 'r'
+	Dead      Outcome = 'd'
+)
+
+// Completion is the outcome of one execution.
+type Completion struct {
+	ID      string
+	Entry   string
+	Band    int
+	Attempt int64
+	Unique  string
+	Outcome Outcome
+	Text    string // result on success, error otherwise
+	RetryMS int64  // when to run again (Retry)
+}
+
+// Complete records the outcomes of executions of one queue in one call and reports,
+// per completion, whether it applied (false: fenced off, nothing changed, no ACK).
+func Complete(ctx context.Context, c redis.Scripter, q keys.Queue, nowMS, keepMS int64, items []Completion) ([]bool, error) {
+	ks := make([]string, 0, 2+3*len(items))
+	ks = append(ks, q.Schedule(), q.Dead())
+	args := make([]any, 0, 4+6*len(items))
+	args = append(args, keys.Group, nowMS, keepMS, len(items))
+	for _, it := range items {
+		h := q.Task(it.ID)
+		u := h
+		if it.Unique != "" {
+			u = q.Unique(it.Unique)
+		}
+		ks = append(ks, h, q.Stream(it.Band), u)
+		args = append(args, it.ID, it.Entry, it.Attempt, string(rune(it.Outcome)), it.Text, it.RetryMS)
+	}
+	v, err := completeScript.Run(ctx, c, ks, args...).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("complete %s: %w", q.Name, err)
+	}
+	out := make([]bool, len(v))
+	for i, x := range v {
+		out[i] = x == 1
+	}
+	return out, nil
+}
+
+// Held is an execution a worker holds: its entry and attempt.
+type Held struct {
+	ID      string
+	Entry   string
+	Band    int
+	Attempt int64
+}
+
+// Touch resets (idle 0) or hands back (handback, idle = visibility timeout) the PEL
+// idle clock of entries this consumer still holds, and reports which it still held.
+func Touch(ctx context.Context, c redis.Scripter, q keys.Queue, consumer string, idleMS int64, handback bool, items []Held) ([]bool, error) {
+	ks := make([]string, 0, 2*len(items))
+	args := make([]any, 0, 5+2*len(items))
+	hb := "0"
+	if handback {
+		hb = "1"
+	}
+	args = append(args, keys.Group, consumer, idleMS, hb, len(items))
+	for _, it := range items {
+		ks = append(ks, q.Task(it.ID), q.Stream(it.Band))
+		args = append(args, it.Entry, it.Attempt)
+	}
+	v, err := touchScript.Run(ctx, c, ks, args...).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("touch %s: %w", q.Name, err)
+	}
+	out := make([]bool, len(v))
+	for i, x := range v {
+		out[i] = x == 1
+	}
+	return out, nil
+}
+
+// SchedClaim moves up to limit due tasks from the schedule to the claimed set and
+// returns them, with the claims made at or before staleMS and the next due time
+// (-1: none).
+func SchedClaim(ctx context.Context, c redis.Scripter, q keys.Queue, nowMS int64, limit int, staleMS int64) (due, stale []string, nextMS int64, err error) {
+	v, err := schedClaimScript.Run(ctx, c, []string{q.Schedule(), q.Claimed()}, nowMS, limit, staleMS).Slice()
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("scheduler claim %s: %w", q.Name, err)
+	}
+	if len(v) != 3 {
+		return nil, nil, 0, fmt.Errorf("scheduler claim %s: unexpected reply", q.Name)
+	}
+	return strs(v[0]), strs(v[1]), num(v[2]), nil
+}
+
+// SchedEnqueue puts claimed tasks on their streams (XADD before ZREM; a task already
+// queued is dropped from the claims without a second XADD).
+func SchedEnqueue(ctx context.Context, c redis.Scripter, q keys.Queue, nowMS int64, ids []string) (enqueued, dropped []string, err error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	ks := make([]string, 0, 11+len(ids))
+	ks = append(ks, q.Claimed())
+	ks = append(ks, q.Streams[:]...)
+	args := make([]any, 0, 2+len(ids))
+	args = append(args, keys.Group, nowMS)
+	for _, id := range ids {
+		ks = append(ks, q.Task(id))
+		args = append(args, id)
+	}
+	v, err := schedEnqueueScript.Run(ctx, c, ks, args...).Slice()
+	if err != nil {
+		return nil, nil, fmt.Errorf("scheduler enqueue %s: %w", q.Name, err)
+	}
+	if len(v) != 2 {
+		return nil, nil, fmt.Errorf("scheduler enqueue %s: unexpected reply", q.Name)
+	}
+	return strs(v[0]), strs(v[1]), nil
+}
+
+// LockRenew extends lock by ttlMS while it holds token.
+func LockRenew(ctx context.Context, c redis.Scripter, lock, token string, ttlMS int64) (bool, error) {
+	n, err := lockRenewScript.Run(ctx, c, []string{lock}, token, ttlMS).Int64()
+	if err != nil {
+		return false, fmt.Errorf("lock renew: %w", err)
+	}
+	return n == 1, nil
+}
+
+// LockRelease deletes lock while it holds token.
+func LockRelease(ctx context.Context, c redis.Scripter, lock, token string) (bool, error) {
+	n, err := lockReleaseScript.Run(ctx, c, []string{lock}, token).Int64()
+	if err != nil {
+		return false, fmt.Errorf("lock release: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Cancel cancels a queued or scheduled task.
+func Cancel(ctx context.Context, c redis.Scripter, q keys.Queue, id, unique string, nowMS, keepMS int64) error {
+	h := q.Task(id)
+	u := h
+	if unique != "" {
+		u = q.Unique(unique)
+	}
+	ks := make([]string, 0, 13)
+	ks = append(ks, h, q.Schedule())
+	ks = append(ks, q.Streams[:]...)
+	ks = append(ks, u)
+	v, err := cancelScript.Run(ctx, c, ks, keys.Group, nowMS, keepMS, id).Slice()
+	if err != nil {
+		return fmt.Errorf("cancel %s: %w", id, err)
+	}
+	if len(v) != 2 {
+		return fmt.Errorf("cancel %s: unexpected reply", id)
+	}
+	if num(v[0]) == 1 {
+		return nil
+	}
+	if str(v[1]) == "missing" {
+		return fmt.Errorf("cancel %s: %w", id, ErrNotFound)
+	}
+	return fmt.Errorf("cancel %s (status %s): %w", id, str(v[1]), ErrWrongStatus)
+}
+
+// Requeue puts a dead task back on its stream with a fresh retry budget.
+func Requeue(ctx context.Context, c redis.Scripter, q keys.Queue, id string, nowMS int64) error {
+	ks := make([]string, 0, 12)
+	ks = append(ks, q.Dead(), q.Task(id))
+	ks = append(ks, q.Streams[:]...)
+	v, err := requeueScript.Run(ctx, c, ks, keys.Group, nowMS, id).Slice()
+	if err != nil {
+		return fmt.Errorf("requeue %s: %w", id, err)
+	}
+	if len(v) != 2 {
+		return fmt.Errorf("requeue %s: unexpected reply", id)
+	}
+	if num(v[0]) == 1 {
+		return nil
+	}
+	if str(v[1]) == "missing" {
+		return fmt.Errorf("requeue %s: %w", id, ErrNotFound)
+	}
+	return fmt.Errorf("requeue %s (%s): %w", id, str(v[1]), ErrWrongStatus)
+}
+
+func rows(v any) [][]any {
+	list, _ := v.([]any)
+	out := make([][]any, 0, len(list))
+	for _, x := range list {
+		if row, ok := x.([]any); ok {
+			out = append(out, row)
+		}
+	}
+	return out
+}
+
+func strs(v any) []string {
+	list, _ := v.([]any)
+	out := make([]string, 0, len(list))
+	for _, x := range list {
+		out = append(out, str(x))
+	}
+	return out
+}
+
+func str(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case nil:
+		return ""
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+func num(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	default:
+		return 0
+	}
+}

@@ -1,0 +1,526 @@
+package lua_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/internal/redistest"
+	"github.com/dtq/dtq/lua"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+type fixture struct {
+	ctx context.Context
+	rdb *redis.Client
+	q   keys.Queue
+	now int64
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	srv := redistest.Shared(t)
+	return &fixture{
+		ctx: context.Background(),
+		rdb: srv.Client(t),
+		q:   keys.New(redistest.Prefix(t)).Queue("default"),
+		now: time.Now().UnixMilli(),
+	}
+}
+
+func (f *fixture) enqueue(t *testing.T, a lua.EnqueueArgs) string {
+	t.Helper()
+	if a.Function == "" {
+		a.Function = "noop"
+	}
+	if a.NowMS == 0 {
+		a.NowMS = f.now
+	}
+	id, created, err := lua.Enqueue(f.ctx, f.rdb, f.q, a)
+	if err != nil || !created {
+		t.Fatalf("enqueue %s: created=%v err=%v", a.ID, created, err)
+	}
+	return id
+}
+
+func (f *fixture) claim(t *testing.T, a lua.ClaimArgs) lua.ClaimResult {
+	t.Helper()
+	if a.NowMS == 0 {
+		a.NowMS = f.now
+	}
+	if a.MaxPayload == 0 {
+		a.MaxPayload = 1 << 20
+	}
+	r, err := lua.Claim(f.ctx, f.rdb, f.q, a)
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return r
+}
+
+func (f *fixture) field(t *testing.T, id, name string) string {
+	t.Helper()
+	v, err := f.rdb.HGet(f.ctx, f.q.Task(id), name).Result()
+	if err != nil && err != redis.Nil {
+		t.Fatalf("hget %s %s: %v", id, name, err)
+	}
+	return v
+}
+
+func (f *fixture) pending(t *testing.T, band int) int64 {
+	t.Helper()
+	p, err := f.rdb.XPending(f.ctx, f.q.Stream(band), keys.Group).Result()
+	if err != nil {
+		t.Fatalf("xpending: %v", err)
+	}
+	return p.Count
+}
+
+func TestEnqueueCreatesGroupAndEntry(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "a", Priority: 7, Payload: []byte(`{"x":1}`)})
+	groups, err := f.rdb.XInfoGroups(f.ctx, f.q.Stream(7)).Result()
+	if err != nil || len(groups) != 1 || groups[0].Name != keys.Group {
+		t.Fatalf("groups = %v, %v; want one group %q", groups, err, keys.Group)
+	}
+	if n := f.rdb.XLen(f.ctx, f.q.Stream(7)).Val(); n != 1 {
+		t.Fatalf("xlen = %d, want 1", n)
+	}
+	if st := f.field(t, "a", "status"); st != "queued" {
+		t.Fatalf("status = %q, want queued", st)
+	}
+}
+
+func TestEnqueueUniqueAndDuplicateID(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	first := f.enqueue(t, lua.EnqueueArgs{ID: "one", Unique: "order-42"})
+	id, created, err := lua.Enqueue(f.ctx, f.rdb, f.q, lua.EnqueueArgs{ID: "two", Function: "noop", NowMS: f.now, Unique: "order-42"})
+	if err != nil || created || id != first {
+		t.Fatalf("second unique enqueue = %q created=%v err=%v; want %q, not created", id, created, err, first)
+	}
+	if n := f.rdb.Exists(f.ctx, f.q.Task("two")).Val(); n != 0 {
+		t.Fatalf("second unique enqueue created a task hash")
+	}
+	if n := f.rdb.XLen(f.ctx, f.q.Stream(0)).Val(); n != 1 {
+		t.Fatalf("xlen = %d, want 1", n)
+	}
+	_, _, err = lua.Enqueue(f.ctx, f.rdb, f.q, lua.EnqueueArgs{ID: "one", Function: "noop", NowMS: f.now})
+	if err == nil || !strings.Contains(err.Error(), lua.ErrTaskExists.Error()) {
+		t.Fatalf("enqueue with a taken id: err = %v, want ErrTaskExists", err)
+	}
+}
+
+func TestClaimReadsBandsInPriorityOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for i, p := range []int{0, 5, 9, 5, 0} {
+		f.enqueue(t, lua.EnqueueArgs{ID: string(rune('a' + i)), Priority: p})
+	}
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 3})
+	var got []int
+	for _, s := range r.Started {
+		got = append(got, s.Band)
+		if s.Attempt != 1 {
+			t.Errorf("task %s attempt = %d, want 1", s.ID, s.Attempt)
+		}
+	}
+	if len(got) != 3 || got[0] != 9 || got[1] != 5 || got[2] != 5 {
+		t.Fatalf("bands started = %v, want [9 5 5]", got)
+	}
+	r = f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 32})
+	if len(r.Started) != 2 {
+		t.Fatalf("second claim started %d, want the 2 left", len(r.Started))
+	}
+}
+
+// Seed race 1: two workers claim the same queued task through two entries (a duplicate
+// XADD). Exactly one starts it; the other absorbs its entry: ACK, no run.
+func TestRaceClaimSameQueuedTask(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "dup"})
+	if err := f.rdb.XAdd(f.ctx, &redis.XAddArgs{Stream: f.q.Stream(0), Values: []any{"task", "dup", "attempt", 0}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	results := make([]lua.ClaimResult, 2)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := lua.Claim(f.ctx, f.rdb, f.q, lua.ClaimArgs{Consumer: []string{"w1", "w2"}[i], NowMS: f.now, Want: 1, MaxPayload: 1 << 20})
+			if err != nil {
+				t.Errorf("claim: %v", err)
+			}
+			results[i] = r
+		}()
+	}
+	wg.Wait()
+	started, absorbed := 0, 0
+	for _, r := range results {
+		started += len(r.Started)
+		absorbed += len(r.Absorbed)
+	}
+	if started != 1 || absorbed != 1 {
+		t.Fatalf("started %d absorbed %d, want 1 and 1", started, absorbed)
+	}
+	if p := f.pending(t, 0); p != 1 {
+		t.Fatalf("pending = %d, want 1 (the absorbed entry is ACKed)", p)
+	}
+	if n := f.rdb.XLen(f.ctx, f.q.Stream(0)).Val(); n != 1 {
+		t.Fatalf("xlen = %d, want 1 (the absorbed entry is deleted)", n)
+	}
+}
+
+// An entry older than the task's attempt (left over from an earlier attempt) is absorbed.
+func TestClaimAbsorbsStaleEntry(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "t"})
+	f.rdb.HSet(f.ctx, f.q.Task("t"), "attempt", 3)
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 5})
+	if len(r.Started) != 0 || len(r.Absorbed) != 1 || r.Absorbed[0].Status != "queued" {
+		t.Fatalf("claim = %+v, want the stale entry absorbed", r)
+	}
+}
+
+func idleAll(t *testing.T, f *fixture, band int, consumer string, idleMS int64) {
+	t.Helper()
+	ps, err := f.rdb.XPendingExt(f.ctx, &redis.XPendingExtArgs{Stream: f.q.Stream(band), Group: keys.Group, Start: "-", End: "+", Count: 100}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if err := f.rdb.Do(f.ctx, "XCLAIM", f.q.Stream(band), keys.Group, consumer, 0, p.ID, "IDLE", idleMS, "JUSTID").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Seed race 2: several reclaimers adopt the same running entry at once. XAUTOCLAIM and
+// the attempt increment are one script, so exactly one gets the new attempt.
+func TestRaceReclaimSameEntry(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "r", MaxRetries: 3})
+	first := f.claim(t, lua.ClaimArgs{Consumer: "dead-worker", Want: 1})
+	if len(first.Started) != 1 {
+		t.Fatalf("first claim started %d", len(first.Started))
+	}
+	idleAll(t, f, 0, "dead-worker", 60_000)
+
+	const reclaimers = 8
+	var wg sync.WaitGroup
+	results := make([]lua.ClaimResult, reclaimers)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := lua.Claim(f.ctx, f.rdb, f.q, lua.ClaimArgs{Consumer: "reaper", NowMS: f.now, Reclaim: true, Want: 4, MinIdleMS: 30_000, MaxPayload: 1 << 20})
+			if err != nil {
+				t.Errorf("reclaim: %v", err)
+			}
+			results[i] = r
+		}()
+	}
+	wg.Wait()
+	var won []lua.Started
+	for _, r := range results {
+		won = append(won, r.Started...)
+	}
+	if len(won) != 1 || won[0].Attempt != 2 || !won[0].Reclaimed {
+		t.Fatalf("reclaims = %+v, want exactly one with attempt 2", won)
+	}
+	if got := f.field(t, "r", "failures"); got != "1" {
+		t.Fatalf("failures = %q, want 1 (a silent death counts)", got)
+	}
+	// The silent worker wakes up and completes: fenced, nothing changes, no ACK.
+	ok, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 0, []lua.Completion{{ID: "r", Entry: first.Started[0].Entry, Band: 0, Attempt: 1, Outcome: lua.Succeeded, Text: "late"}})
+	if err != nil || ok[0] {
+		t.Fatalf("late completion applied=%v err=%v; want fenced", ok, err)
+	}
+	if st := f.field(t, "r", "status"); st != "running" {
+		t.Fatalf("status after fenced completion = %q, want running", st)
+	}
+	if p := f.pending(t, 0); p != 1 {
+		t.Fatalf("pending = %d after fenced completion, want 1", p)
+	}
+	// Its heartbeat cannot take the entry back either.
+	touched, err := lua.Touch(f.ctx, f.rdb, f.q, "dead-worker", 0, false, []lua.Held{{ID: "r", Entry: first.Started[0].Entry, Attempt: 1}})
+	if err != nil || touched[0] {
+		t.Fatalf("stale touch = %v, %v; want refused", touched, err)
+	}
+	// The reclaimer's completion applies.
+	ok, err = lua.Complete(f.ctx, f.rdb, f.q, f.now, 0, []lua.Completion{{ID: "r", Entry: won[0].Entry, Band: 0, Attempt: 2, Outcome: lua.Succeeded, Text: "done"}})
+	if err != nil || !ok[0] {
+		t.Fatalf("current completion applied=%v err=%v", ok, err)
+	}
+	if st, res := f.field(t, "r", "status"), f.field(t, "r", "result"); st != "succeeded" || res != "done" {
+		t.Fatalf("status %q result %q, want succeeded/done", st, res)
+	}
+	if p := f.pending(t, 0); p != 0 {
+		t.Fatalf("pending = %d, want 0", p)
+	}
+	if n := f.rdb.XLen(f.ctx, f.q.Stream(0)).Val(); n != 0 {
+		t.Fatalf("xlen = %d, want 0", n)
+	}
+}
+
+func TestReclaimHandbackDoesNotCountAsFailure(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "h", MaxRetries: 0})
+	c := f.claim(t, lua.ClaimArgs{Consumer: "draining", Want: 1})
+	touched, err := lua.Touch(f.ctx, f.rdb, f.q, "draining", 60_000, true, []lua.Held{{ID: "h", Entry: c.Started[0].Entry, Attempt: 1}})
+	if err != nil || !touched[0] {
+		t.Fatalf("handback = %v, %v", touched, err)
+	}
+	r := f.claim(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 4, MinIdleMS: 30_000})
+	if len(r.Started) != 1 || r.Started[0].Attempt != 2 || r.Started[0].Failures != 0 {
+		t.Fatalf("reclaim after handback = %+v, want attempt 2 with no failure counted", r)
+	}
+}
+
+func TestReclaimKillsWhenRetriesUsedUp(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "k", MaxRetries: 0})
+	f.claim(t, lua.ClaimArgs{Consumer: "gone", Want: 1})
+	idleAll(t, f, 0, "gone", 60_000)
+	r := f.claim(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 4, MinIdleMS: 30_000})
+	if len(r.Started) != 0 || len(r.Absorbed) != 1 || r.Absorbed[0].Status != "dead" {
+		t.Fatalf("reclaim = %+v, want the task killed", r)
+	}
+	if st := f.field(t, "k", "status"); st != "dead" {
+		t.Fatalf("status = %q, want dead", st)
+	}
+	if s := f.rdb.ZScore(f.ctx, f.q.Dead(), "k").Err(); s != nil {
+		t.Fatalf("not in dead set: %v", s)
+	}
+}
+
+// Seed race 3: schedulers overlapping during a leader failover claim a due task once,
+// and a claim that was already enqueued is dropped without a second XADD.
+func TestRaceSchedulerClaim(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "later", RunAtMS: f.now + 1000, Priority: 4})
+	if st := f.field(t, "later", "status"); st != "scheduled" {
+		t.Fatalf("status = %q, want scheduled", st)
+	}
+	const schedulers = 8
+	var wg sync.WaitGroup
+	dues := make([][]string, schedulers)
+	for i := range dues {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			due, _, _, err := lua.SchedClaim(f.ctx, f.rdb, f.q, f.now+2000, 100, 0)
+			if err != nil {
+				t.Errorf("sched claim: %v", err)
+			}
+			dues[i] = due
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for _, d := range dues {
+		total += len(d)
+	}
+	if total != 1 {
+		t.Fatalf("due task claimed %d times, want once: %v", total, dues)
+	}
+	enq, _, err := lua.SchedEnqueue(f.ctx, f.rdb, f.q, f.now+2000, []string{"later"})
+	if err != nil || len(enq) != 1 {
+		t.Fatalf("enqueue claimed = %v, %v", enq, err)
+	}
+	// A second leader holding the same (stale) claim: dropped, no second XADD.
+	f.rdb.ZAdd(f.ctx, f.q.Claimed(), redis.Z{Score: float64(f.now), Member: "later"})
+	enq, dropped, err := lua.SchedEnqueue(f.ctx, f.rdb, f.q, f.now+2000, []string{"later"})
+	if err != nil || len(enq) != 0 || len(dropped) != 1 {
+		t.Fatalf("second enqueue = %v dropped %v err %v; want dropped", enq, dropped, err)
+	}
+	if n := f.rdb.XLen(f.ctx, f.q.Stream(4)).Val(); n != 1 {
+		t.Fatalf("xlen p4 = %d, want exactly 1", n)
+	}
+	if n := f.rdb.ZCard(f.ctx, f.q.Claimed()).Val(); n != 0 {
+		t.Fatalf("claimed set holds %d, want 0", n)
+	}
+}
+
+func TestSchedClaimReturnsStaleClaims(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.rdb.ZAdd(f.ctx, f.q.Claimed(), redis.Z{Score: float64(f.now - 60_000), Member: "old"})
+	f.rdb.ZAdd(f.ctx, f.q.Claimed(), redis.Z{Score: float64(f.now), Member: "fresh"})
+	_, stale, next, err := lua.SchedClaim(f.ctx, f.rdb, f.q, f.now, 100, f.now-10_000)
+	if err != nil || len(stale) != 1 || stale[0] != "old" || next != -1 {
+		t.Fatalf("stale = %v next %d err %v; want [old], -1", stale, next, err)
+	}
+}
+
+func TestCompleteRetryThenDead(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "f", MaxRetries: 1, Priority: 2})
+	c := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1}).Started[0]
+	ok, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 0, []lua.Completion{{ID: "f", Entry: c.Entry, Band: 2, Attempt: c.Attempt, Outcome: lua.Retry, Text: "boom", RetryMS: f.now + 10}})
+	if err != nil || !ok[0] {
+		t.Fatalf("retry: %v %v", ok, err)
+	}
+	if st := f.field(t, "f", "status"); st != "retrying" {
+		t.Fatalf("status = %q, want retrying", st)
+	}
+	due, _, _, _ := lua.SchedClaim(f.ctx, f.rdb, f.q, f.now+10, 10, 0)
+	if _, _, err := lua.SchedEnqueue(f.ctx, f.rdb, f.q, f.now+10, due); err != nil || len(due) != 1 {
+		t.Fatalf("requeue due %v: %v", due, err)
+	}
+	c2 := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1}).Started
+	if len(c2) != 1 || c2[0].Attempt != 2 || c2[0].Failures != 1 {
+		t.Fatalf("second claim = %+v, want attempt 2 after 1 failure", c2)
+	}
+	ok, err = lua.Complete(f.ctx, f.rdb, f.q, f.now, 0, []lua.Completion{{ID: "f", Entry: c2[0].Entry, Band: 2, Attempt: 2, Outcome: lua.Dead, Text: "boom again"}})
+	if err != nil || !ok[0] {
+		t.Fatalf("dead: %v %v", ok, err)
+	}
+	if st, e := f.field(t, "f", "status"), f.field(t, "f", "error"); st != "dead" || e != "boom again" {
+		t.Fatalf("status %q error %q", st, e)
+	}
+	if err := lua.Requeue(f.ctx, f.rdb, f.q, "f", f.now); err != nil {
+		t.Fatalf("requeue: %v", err)
+	}
+	c3 := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1}).Started
+	if len(c3) != 1 || c3[0].Attempt != 3 || c3[0].Failures != 0 {
+		t.Fatalf("claim after requeue = %+v, want attempt 3, budget reset", c3)
+	}
+}
+
+func TestMalformedEntriesBecomeDeadRecords(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "good", Priority: 3})
+	for _, vals := range [][]any{
+		{"foo", "bar"},
+		{"task", "nosuch", "attempt", 0},
+		{"task", "good", "attempt", "x"},
+	} {
+		if err := f.rdb.XAdd(f.ctx, &redis.XAddArgs{Stream: f.q.Stream(3), Values: vals}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 10})
+	if len(r.Started) != 1 || r.Started[0].ID != "good" {
+		t.Fatalf("started = %+v, want the good task", r.Started)
+	}
+	if len(r.Invalid) != 3 {
+		t.Fatalf("invalid = %+v, want 3", r.Invalid)
+	}
+	raw := f.field(t, r.Invalid[0].DeadID, "raw")
+	if !strings.Contains(raw, `"foo":"bar"`) {
+		t.Fatalf("dead record raw = %q, want the entry's fields", raw)
+	}
+	if n := f.rdb.ZCard(f.ctx, f.q.Dead()).Val(); n != 3 {
+		t.Fatalf("dead = %d, want 3", n)
+	}
+	if err := lua.Requeue(f.ctx, f.rdb, f.q, r.Invalid[0].DeadID, f.now); err == nil {
+		t.Fatalf("requeue of an invalid record succeeded")
+	}
+	if p := f.pending(t, 3); p != 1 {
+		t.Fatalf("pending = %d, want 1 (only the good task)", p)
+	}
+}
+
+func TestOversizedPayloadIsDeadNotRun(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "big", Payload: []byte(strings.Repeat("x", 2048))})
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1, MaxPayload: 1024})
+	if len(r.Started) != 0 || len(r.Absorbed) != 1 || r.Absorbed[0].Status != "dead" {
+		t.Fatalf("claim = %+v, want the task killed", r)
+	}
+	if e := f.field(t, "big", "error"); !strings.Contains(e, "over the limit") {
+		t.Fatalf("error = %q", e)
+	}
+}
+
+func TestPausedQueueReadsNothing(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "p"})
+	f.rdb.Set(f.ctx, f.q.Paused(), "1", 0)
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1})
+	if !r.Paused || len(r.Started) != 0 {
+		t.Fatalf("claim on paused queue = %+v", r)
+	}
+	f.rdb.Del(f.ctx, f.q.Paused())
+	if r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1}); len(r.Started) != 1 {
+		t.Fatalf("claim after resume = %+v", r)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "q"})
+	f.enqueue(t, lua.EnqueueArgs{ID: "s", RunAtMS: f.now + 60_000})
+	f.enqueue(t, lua.EnqueueArgs{ID: "d"}) // delivered, not yet started
+	if err := lua.Cancel(f.ctx, f.rdb, f.q, "q", "", f.now, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := lua.Cancel(f.ctx, f.rdb, f.q, "s", "", f.now, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.rdb.ZCard(f.ctx, f.q.Schedule()).Val(); n != 0 {
+		t.Fatalf("schedule holds %d after cancel", n)
+	}
+	if n := f.rdb.XLen(f.ctx, f.q.Stream(0)).Val(); n != 1 {
+		t.Fatalf("xlen = %d, want 1 (the cancelled entry deleted)", n)
+	}
+	// "d" is delivered to a blocking reader, then cancelled, then claimed: absorbed.
+	xs, err := f.rdb.XReadGroup(f.ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w", Streams: []string{f.q.Stream(0), ">"}, Count: 1}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lua.Cancel(f.ctx, f.rdb, f.q, "d", "", f.now, 0); err != nil {
+		t.Fatal(err)
+	}
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Delivered: []lua.Delivered{{Band: 0, Entry: xs[0].Messages[0].ID}}})
+	if len(r.Started) != 0 || len(r.Absorbed) != 1 || r.Absorbed[0].Status != "cancelled" {
+		t.Fatalf("claim of a cancelled delivery = %+v", r)
+	}
+	if err := lua.Cancel(f.ctx, f.rdb, f.q, "d", "", f.now, 0); err == nil {
+		t.Fatalf("cancelling a cancelled task succeeded")
+	}
+	if err := lua.Cancel(f.ctx, f.rdb, f.q, "none", "", f.now, 0); err == nil {
+		t.Fatalf("cancelling a missing task succeeded")
+	}
+}
+
+func TestLock(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	lock := keys.New(redistest.Prefix(t)).SchedulerLock()
+	if !f.rdb.SetNX(f.ctx, lock, "a", 10*time.Second).Val() {
+		t.Fatal("acquire failed")
+	}
+	if ok, _ := lua.LockRenew(f.ctx, f.rdb, lock, "b", 10_000); ok {
+		t.Fatal("b renewed a's lock")
+	}
+	if ok, _ := lua.LockRelease(f.ctx, f.rdb, lock, "b"); ok {
+		t.Fatal("b released a's lock")
+	}
+	if ok, _ := lua.LockRenew(f.ctx, f.rdb, lock, "a", 10_000); !ok {
+		t.Fatal("a could not renew")
+	}
+	if ok, _ := lua.LockRelease(f.ctx, f.rdb, lock, "a"); !ok {
+		t.Fatal("a could not release")
+	}
+}
