@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/sethvargo/go-envconfig v1.4.3
 	go.uber.org/goleak v1.3.0
 )
 

@@ -1,0 +1,236 @@
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/sethvargo/go-envconfig"
+
+	"github.com/dtq/dtq/internal/keys"
+)
+
+// Config is the worker's configuration, read from the environment. Every field's
+// default is in its tag; Validate holds the rules that span fields.
+type Config struct {
+	// RedisURL: redis://, rediss://, redis+cluster://, redis+sentinel:// (see README).
+	RedisURL string `env:"DTQ_REDIS_URL, default=redis://127.0.0.1:6379/0"`
+	// RedisCAFile: PEM CA bundle for rediss:// ("" = system roots).
+	RedisCAFile string `env:"DTQ_REDIS_CA_FILE"`
+	// KeyPrefix: the first part of every key.
+	KeyPrefix string `env:"DTQ_KEY_PREFIX, default=dtq"`
+	// Queues: the queues this worker serves, in order.
+	Queues []string `env:"DTQ_QUEUES, default=default"`
+	// Concurrency: how many functions run at once.
+	Concurrency int `env:"DTQ_WORKER_CONCURRENCY, default=16"`
+	// VisibilityTimeoutS: seconds an entry may sit unheartbeated before a peer reclaims it.
+	VisibilityTimeoutS float64 `env:"DTQ_VISIBILITY_TIMEOUT_S, default=30"`
+	// HeartbeatIntervalS: seconds between heartbeats; must be below the visibility timeout.
+	HeartbeatIntervalS float64 `env:"DTQ_HEARTBEAT_INTERVAL_S, default=5"`
+	// DrainTimeoutS: seconds SIGTERM waits for running functions before cancelling them.
+	DrainTimeoutS float64 `env:"DTQ_DRAIN_TIMEOUT_S, default=30"`
+	// WorkerID: consumer name, lock token and metrics label ("" = worker-<8 hex>).
+	WorkerID string `env:"DTQ_WORKER_ID"`
+	// Port: HTTP port of /healthz, /readyz, /metrics (Knative and Cloud Run set PORT).
+	Port int `env:"PORT, default=8080"`
+	// MaxPayloadBytes: payloads above this are refused at enqueue and killed at claim.
+	MaxPayloadBytes int `env:"DTQ_MAX_PAYLOAD_BYTES, default=1048576"`
+	// ResultTTLS: seconds a succeeded or cancelled task's record is kept (0 = forever).
+	ResultTTLS float64 `env:"DTQ_RESULT_TTL_S, default=86400"`
+	// PollBlockMS: longest blocking read while idle; new work wakes it at once and
+	// SIGTERM unblocks it, so this only bounds idle round trips.
+	PollBlockMS int `env:"DTQ_POLL_BLOCK_MS, default=5000"`
+	// SchedulerIntervalS: seconds between scheduler passes (jittered).
+	SchedulerIntervalS float64 `env:"DTQ_SCHEDULER_INTERVAL_S, default=1"`
+	// SchedulerLockTTLMS: the leader lock's lifetime; renewed every pass.
+	SchedulerLockTTLMS int `env:"DTQ_SCHEDULER_LOCK_TTL_MS, default=10000"`
+	// EventsMaxLen: approximate cap of the events stream (0 = no events).
+	EventsMaxLen int64 `env:"DTQ_EVENTS_MAXLEN, default=10000"`
+	// EventsVerbose: also publish TASK_STARTED and TASK_SUCCEEDED (one write per task).
+	EventsVerbose bool `env:"DTQ_EVENTS_VERBOSE, default=false"`
+	// RetryBaseMS, RetryMaxMS: default exponential backoff (full jitter) between retries.
+	RetryBaseMS int `env:"DTQ_RETRY_BASE_MS, default=1000"`
+	RetryMaxMS  int `env:"DTQ_RETRY_MAX_MS, default=600000"`
+	// DefaultTimeoutS: a function's run limit when neither task nor function sets one (0 = none).
+	DefaultTimeoutS float64 `env:"DTQ_DEFAULT_TIMEOUT_S, default=1800"`
+	// LogFormat: json, text, or auto (text on a terminal, json otherwise).
+	LogFormat string `env:"DTQ_LOG_FORMAT, default=auto"`
+	// LogLevel: debug, info, warn, error.
+	LogLevel string `env:"DTQ_LOG_LEVEL, default=info"`
+}
+
+// EnvVar describes one variable for --help.
+type EnvVar struct{ Name, Default, Help string }
+
+// EnvVars lists every variable the worker reads, with its default.
+func EnvVars() []EnvVar {
+	return []EnvVar{
+		{"DTQ_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis: redis://, rediss://, redis+cluster://, redis+sentinel://"},
+		{"DTQ_REDIS_CA_FILE", "", "PEM CA bundle trusted for rediss://"},
+		{"DTQ_KEY_PREFIX", "dtq", "prefix of every Redis key"},
+		{"DTQ_QUEUES", "default", "queues to serve, comma-separated, in order"},
+		{"DTQ_WORKER_CONCURRENCY", "16", "functions running at once"},
+		{"DTQ_VISIBILITY_TIMEOUT_S", "30", "seconds before a silent worker's entries are reclaimed"},
+		{"DTQ_HEARTBEAT_INTERVAL_S", "5", "seconds between heartbeats (< visibility timeout)"},
+		{"DTQ_DRAIN_TIMEOUT_S", "30", "seconds SIGTERM waits for running functions"},
+		{"DTQ_WORKER_ID", "worker-<8 hex>", "consumer name, lock token, metrics label"},
+		{"PORT", "8080", "HTTP port for /healthz, /readyz, /metrics"},
+		{"DTQ_MAX_PAYLOAD_BYTES", "1048576", "largest payload accepted"},
+		{"DTQ_RESULT_TTL_S", "86400", "seconds finished task records are kept (0 = forever)"},
+		{"DTQ_POLL_BLOCK_MS", "5000", "longest idle blocking read"},
+		{"DTQ_SCHEDULER_INTERVAL_S", "1", "seconds between scheduler passes"},
+		{"DTQ_SCHEDULER_LOCK_TTL_MS", "10000", "scheduler leader lock lifetime"},
+		{"DTQ_EVENTS_MAXLEN", "10000", "approximate cap of the events stream (0 = off)"},
+		{"DTQ_EVENTS_VERBOSE", "false", "also publish TASK_STARTED and TASK_SUCCEEDED"},
+		{"DTQ_RETRY_BASE_MS", "1000", "first retry backoff (exponential, full jitter)"},
+		{"DTQ_RETRY_MAX_MS", "600000", "longest retry backoff"},
+		{"DTQ_DEFAULT_TIMEOUT_S", "1800", "function time limit when none is set (0 = none)"},
+		{"DTQ_LOG_FORMAT", "auto", "json, text or auto"},
+		{"DTQ_LOG_LEVEL", "info", "debug, info, warn, error"},
+	}
+}
+
+// ConfigError names the variable a bad value came from.
+type ConfigError struct {
+	Var string
+	Err error
+}
+
+func (e *ConfigError) Error() string { return e.Var + ": " + e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// LoadConfig reads the configuration from l (os.Getenv-backed in production,
+// envconfig.MapLookuper in tests) and validates it.
+func LoadConfig(ctx context.Context, l envconfig.Lookuper) (Config, error) {
+	var c Config
+	if err := envconfig.ProcessWith(ctx, &envconfig.Config{Target: &c, Lookuper: l}); err != nil {
+		return c, envError(err)
+	}
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// envError turns go-envconfig's error into a ConfigError naming the variable.
+func envError(err error) error {
+	msg := err.Error()
+	for _, v := range EnvVars() {
+		if strings.Contains(msg, `"`+v.Name+`"`) || strings.Contains(msg, v.Name+":") || strings.Contains(msg, v.Name+" ") {
+			_, detail, ok := strings.Cut(msg, ": ")
+			if !ok {
+				detail = msg
+			}
+			return &ConfigError{Var: v.Name, Err: errors.New(detail)}
+		}
+	}
+	return &ConfigError{Var: "environment", Err: err}
+}
+
+// Validate checks every rule, fills derived defaults (the worker id) and returns the
+// first violation as a *ConfigError.
+func (c *Config) Validate() error {
+	bad := func(v, f string, a ...any) error { return &ConfigError{Var: v, Err: fmt.Errorf(f, a...)} }
+	if c.RedisURL == "" {
+		return bad("DTQ_REDIS_URL", "must not be empty")
+	}
+	if !strings.HasPrefix(c.RedisURL, "redis") {
+		return bad("DTQ_REDIS_URL", "must start with redis:// or rediss:// (or redis+cluster://, redis+sentinel://)")
+	}
+	if c.KeyPrefix == "" || strings.ContainsAny(c.KeyPrefix, "{} ") {
+		return bad("DTQ_KEY_PREFIX", "%q must be non-empty, without braces or spaces", c.KeyPrefix)
+	}
+	if len(c.Queues) == 0 {
+		return bad("DTQ_QUEUES", "must name at least one queue")
+	}
+	seen := map[string]bool{}
+	for i, q := range c.Queues {
+		q = strings.TrimSpace(q)
+		c.Queues[i] = q
+		if err := keys.ValidQueue(q); err != nil {
+			return bad("DTQ_QUEUES", "%v", err)
+		}
+		if seen[q] {
+			return bad("DTQ_QUEUES", "queue %q listed twice", q)
+		}
+		seen[q] = true
+	}
+	if c.Concurrency < 1 || c.Concurrency > 100000 {
+		return bad("DTQ_WORKER_CONCURRENCY", "%d must be between 1 and 100000", c.Concurrency)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+		min  float64
+	}{
+		{"DTQ_VISIBILITY_TIMEOUT_S", c.VisibilityTimeoutS, 0.05},
+		{"DTQ_HEARTBEAT_INTERVAL_S", c.HeartbeatIntervalS, 0.01},
+		{"DTQ_DRAIN_TIMEOUT_S", c.DrainTimeoutS, 0},
+		{"DTQ_RESULT_TTL_S", c.ResultTTLS, 0},
+		{"DTQ_SCHEDULER_INTERVAL_S", c.SchedulerIntervalS, 0.01},
+		{"DTQ_DEFAULT_TIMEOUT_S", c.DefaultTimeoutS, 0},
+	} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < f.min || f.v > 365*86400 {
+			return bad(f.name, "%v must be a number of seconds between %v and one year", f.v, f.min)
+		}
+	}
+	if c.HeartbeatIntervalS >= c.VisibilityTimeoutS {
+		return bad("DTQ_HEARTBEAT_INTERVAL_S", "%v must be below DTQ_VISIBILITY_TIMEOUT_S (%v), or live workers' tasks get reclaimed", c.HeartbeatIntervalS, c.VisibilityTimeoutS)
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		return bad("PORT", "%d is not a TCP port", c.Port)
+	}
+	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > 512<<20 {
+		return bad("DTQ_MAX_PAYLOAD_BYTES", "%d must be between 1 and 536870912", c.MaxPayloadBytes)
+	}
+	if c.PollBlockMS < 1 || c.PollBlockMS > 60000 {
+		return bad("DTQ_POLL_BLOCK_MS", "%d must be between 1 and 60000", c.PollBlockMS)
+	}
+	if c.SchedulerLockTTLMS < 100 {
+		return bad("DTQ_SCHEDULER_LOCK_TTL_MS", "%d must be at least 100", c.SchedulerLockTTLMS)
+	}
+	if float64(c.SchedulerLockTTLMS) <= c.SchedulerIntervalS*1000 {
+		return bad("DTQ_SCHEDULER_LOCK_TTL_MS", "%d must exceed the scheduler interval (%vs) or the leader loses its lock between passes", c.SchedulerLockTTLMS, c.SchedulerIntervalS)
+	}
+	if c.EventsMaxLen < 0 {
+		return bad("DTQ_EVENTS_MAXLEN", "%d must not be negative", c.EventsMaxLen)
+	}
+	if c.RetryBaseMS < 0 || c.RetryMaxMS < c.RetryBaseMS {
+		return bad("DTQ_RETRY_MAX_MS", "backoff base %d and max %d: want 0 <= base <= max", c.RetryBaseMS, c.RetryMaxMS)
+	}
+	switch c.LogFormat {
+	case "auto", "json", "text":
+	default:
+		return bad("DTQ_LOG_FORMAT", "%q must be auto, json or text", c.LogFormat)
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("DTQ_LOG_LEVEL", "%q must be debug, info, warn or error", c.LogLevel)
+	}
+	if c.WorkerID == "" {
+		c.WorkerID = NewWorkerID()
+	} else if len(c.WorkerID) > 128 || strings.ContainsAny(c.WorkerID, " {}\n") {
+		return bad("DTQ_WORKER_ID", "%q must be at most 128 bytes without spaces or braces", c.WorkerID)
+	}
+	return nil
+}
+
+// NewWorkerID returns "worker-" and 8 random hex characters.
+func NewWorkerID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "worker-" + hex.EncodeToString(b[:])
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// VisibilityTimeout, HeartbeatInterval, DrainTimeout as durations.
+func (c Config) VisibilityTimeout() time.Duration { return seconds(c.VisibilityTimeoutS) }
+func (c Config) HeartbeatInterval() time.Duration { return seconds(c.HeartbeatIntervalS) }
+func (c Config) DrainTimeout() time.Duration      { return seconds(c.DrainTimeoutS) }
