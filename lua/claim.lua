@@ -63,6 +63,7 @@ local function reject(stream, band, eid, fields, reason)
 end
 
 local function kill(stream, band, eid, id, h, reason)
+  -- the task cannot run at all (its payload is over the limit): dead, kept for inspection
   ack(stream, eid)
   redis.call("HSET", h, "status", "dead", "error", reason, "finished_at", now)
   redis.call("ZADD", deadkey, now, id)
@@ -103,14 +104,11 @@ local function take(band, eid, fields, reclaiming)
     attempt = an + 1
   elseif reclaiming and status == "running" and t[3] == eid then
     -- The worker running this entry went silent past the visibility timeout. A hand-back
-    -- at drain (handback == attempt) is not the task's fault; a silent death counts as a failure.
+    -- at drain (handback == attempt) is not the task's fault; a silent death counts as a
+    -- failure (the caller kills the task instead of running it when none are left).
     if t[11] ~= tostring(attempt) then
       failures = failures + 1
       redis.call("HSET", h, "failures", failures)
-      if failures > maxr then
-        return kill(stream, band, eid, id, h, "worker lost during attempt " .. attempt ..
-          " (no heartbeat within the visibility timeout) and no retries left")
-      end
     end
     attempt = attempt + 1
     reclaimed = 1

@@ -289,21 +289,15 @@ func TestReclaimHandbackDoesNotCountAsFailure(t *testing.T) {
 	}
 }
 
-func TestReclaimKillsWhenRetriesUsedUp(t *testing.T) {
+func TestReclaimCountsSilentDeathAsFailure(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.enqueue(t, lua.EnqueueArgs{ID: "k", MaxRetries: 0})
 	f.claim(t, lua.ClaimArgs{Consumer: "gone", Want: 1})
 	idleAll(t, f, 0, "gone", 60_000)
 	r := f.claim(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 4, MinIdleMS: 30_000})
-	if len(r.Started) != 0 || len(r.Absorbed) != 1 || r.Absorbed[0].Status != "dead" {
-		t.Fatalf("reclaim = %+v, want the task killed", r)
-	}
-	if st := f.field(t, "k", "status"); st != "dead" {
-		t.Fatalf("status = %q, want dead", st)
-	}
-	if s := f.rdb.ZScore(f.ctx, f.q.Dead(), "k").Err(); s != nil {
-		t.Fatalf("not in dead set: %v", s)
+	if len(r.Started) != 1 || r.Started[0].Failures != 1 || r.Started[0].MaxRetries != 0 || !r.Started[0].Reclaimed {
+		t.Fatalf("reclaim = %+v, want one start reporting 1 failure of 0 allowed", r)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/sethvargo/go-envconfig"
 
+	"github.com/dtq/dtq/internal/envcfg"
 	"github.com/dtq/dtq/internal/keys"
 )
 
@@ -96,20 +96,14 @@ func EnvVars() []EnvVar {
 }
 
 // ConfigError names the variable a bad value came from.
-type ConfigError struct {
-	Var string
-	Err error
-}
+type ConfigError = envcfg.Error
 
-func (e *ConfigError) Error() string { return e.Var + ": " + e.Err.Error() }
-func (e *ConfigError) Unwrap() error { return e.Err }
-
-// LoadConfig reads the configuration from l (os.Getenv-backed in production,
+// LoadConfig reads the configuration from l (envconfig.OsLookuper in production,
 // envconfig.MapLookuper in tests) and validates it.
 func LoadConfig(ctx context.Context, l envconfig.Lookuper) (Config, error) {
 	var c Config
-	if err := envconfig.ProcessWith(ctx, &envconfig.Config{Target: &c, Lookuper: l}); err != nil {
-		return c, envError(err)
+	if err := envcfg.Load(ctx, l, &c); err != nil {
+		return c, err
 	}
 	if err := c.Validate(); err != nil {
 		return c, err
@@ -117,33 +111,18 @@ func LoadConfig(ctx context.Context, l envconfig.Lookuper) (Config, error) {
 	return c, nil
 }
 
-// envError turns go-envconfig's error into a ConfigError naming the variable.
-func envError(err error) error {
-	msg := err.Error()
-	for _, v := range EnvVars() {
-		if strings.Contains(msg, `"`+v.Name+`"`) || strings.Contains(msg, v.Name+":") || strings.Contains(msg, v.Name+" ") {
-			_, detail, ok := strings.Cut(msg, ": ")
-			if !ok {
-				detail = msg
-			}
-			return &ConfigError{Var: v.Name, Err: errors.New(detail)}
-		}
-	}
-	return &ConfigError{Var: "environment", Err: err}
-}
-
 // Validate checks every rule, fills derived defaults (the worker id) and returns the
 // first violation as a *ConfigError.
 func (c *Config) Validate() error {
-	bad := func(v, f string, a ...any) error { return &ConfigError{Var: v, Err: fmt.Errorf(f, a...)} }
+	bad := func(v, f string, a ...any) error { return envcfg.Bad(v, fmt.Errorf(f, a...)) }
 	if c.RedisURL == "" {
 		return bad("DTQ_REDIS_URL", "must not be empty")
 	}
 	if !strings.HasPrefix(c.RedisURL, "redis") {
 		return bad("DTQ_REDIS_URL", "must start with redis:// or rediss:// (or redis+cluster://, redis+sentinel://)")
 	}
-	if c.KeyPrefix == "" || strings.ContainsAny(c.KeyPrefix, "{} ") {
-		return bad("DTQ_KEY_PREFIX", "%q must be non-empty, without braces or spaces", c.KeyPrefix)
+	if c.KeyPrefix == "" || len(c.KeyPrefix) > 64 || strings.ContainsFunc(c.KeyPrefix, func(r rune) bool { return r <= ' ' || r == '{' || r == '}' || r > '~' }) {
+		return bad("DTQ_KEY_PREFIX", "%q must be 1..64 printable characters without braces or spaces", c.KeyPrefix)
 	}
 	if len(c.Queues) == 0 {
 		return bad("DTQ_QUEUES", "must name at least one queue")
@@ -215,7 +194,7 @@ func (c *Config) Validate() error {
 	}
 	if c.WorkerID == "" {
 		c.WorkerID = NewWorkerID()
-	} else if len(c.WorkerID) > 128 || strings.ContainsAny(c.WorkerID, " {}\n") {
+	} else if len(c.WorkerID) > 128 || strings.ContainsFunc(c.WorkerID, func(r rune) bool { return r <= ' ' || r == '{' || r == '}' || r > '~' }) {
 		return bad("DTQ_WORKER_ID", "%q must be at most 128 bytes without spaces or braces", c.WorkerID)
 	}
 	return nil

@@ -1,0 +1,387 @@
+// Package client is the producer and operator API: enqueue tasks, read them back,
+// cancel, pause and resume queues, list and requeue dead tasks, list workers.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/internal/liveness"
+	"github.com/dtq/dtq/lua"
+)
+
+// DefaultMaxPayload is the payload limit unless configured otherwise (1 MiB).
+const DefaultMaxPayload = 1 << 20
+
+// Client talks to one dtq deployment (one Redis, one key prefix).
+type Client struct {
+	rdb        redis.UniversalClient
+	ks         keys.Space
+	maxPayload int
+	keepMS     int64
+	now        func() time.Time
+
+	mu    sync.Mutex
+	known map[string]bool // queues already added to the queues set by this client
+}
+
+// Options configure a Client.
+type Options struct {
+	Prefix     string           // key prefix ("" = dtq)
+	MaxPayload int              // bytes (0 = 1 MiB)
+	ResultTTL  time.Duration    // how long cancelled tasks are kept (0 = 24 h)
+	Now        func() time.Time // clock (time.Now when nil)
+}
+
+// New returns a client on rdb.
+func New(rdb redis.UniversalClient, o Options) *Client {
+	if o.MaxPayload <= 0 {
+		o.MaxPayload = DefaultMaxPayload
+	}
+	if o.ResultTTL <= 0 {
+		o.ResultTTL = 24 * time.Hour
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Client{rdb: rdb, ks: keys.New(o.Prefix), maxPayload: o.MaxPayload,
+		keepMS: o.ResultTTL.Milliseconds(), now: o.Now, known: map[string]bool{}}
+}
+
+// Errors callers can test with errors.Is.
+var (
+	ErrInvalid        = errors.New("invalid task")
+	ErrPayloadTooBig  = errors.New("payload over the limit")
+	ErrNotFound       = lua.ErrNotFound
+	ErrWrongStatus    = lua.ErrWrongStatus
+	ErrTaskExists     = lua.ErrTaskExists
+	ErrNotRequeueable = errors.New("not requeueable")
+)
+
+// Task is a task to enqueue.
+type Task struct {
+	Queue    string
+	Function string
+	Payload  []byte
+	// Priority 0..9; 9 is the most urgent.
+	Priority int
+	// Delay or RunAt schedule the task for later (RunAt wins when both are set).
+	Delay time.Duration
+	RunAt time.Time
+	// MaxRetries: failed attempts retried before the task is dead. nil: the function's
+	// default (3 unless the function says otherwise).
+	MaxRetries *int
+	// Timeout bounds one attempt (0: the function's default).
+	Timeout time.Duration
+	// Unique: a second enqueue with the same key (in the same queue) returns the first
+	// task's id and creates nothing, for as long as the first task's record exists.
+	Unique string
+	// ID: an explicit id ("" = generated).
+	ID string
+}
+
+// Retries is a helper for Task.MaxRetries.
+func Retries(n int) *int { return &n }
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+
+func (c *Client) validate(t *Task) error {
+	if err := keys.ValidQueue(t.Queue); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if t.Function == "" || len(t.Function) > 128 {
+		return fmt.Errorf("%w: function name must be 1..128 bytes", ErrInvalid)
+	}
+	if err := keys.ValidPriority(t.Priority); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if len(t.Payload) > c.maxPayload {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooBig, len(t.Payload), c.maxPayload)
+	}
+	if t.MaxRetries != nil && (*t.MaxRetries < 0 || *t.MaxRetries > 1000) {
+		return fmt.Errorf("%w: max retries %d must be 0..1000", ErrInvalid, *t.MaxRetries)
+	}
+	if t.Timeout < 0 || t.Delay < 0 {
+		return fmt.Errorf("%w: timeout and delay must not be negative", ErrInvalid)
+	}
+	if t.ID != "" && !idPattern.MatchString(t.ID) {
+		return fmt.Errorf("%w: id %q must match [A-Za-z0-9_.:-]{1,128}", ErrInvalid, t.ID)
+	}
+	if len(t.Unique) > 512 {
+		return fmt.Errorf("%w: unique key is %d bytes, limit 512", ErrInvalid, len(t.Unique))
+	}
+	return nil
+}
+
+func (c *Client) args(t *Task, now time.Time) lua.EnqueueArgs {
+	id := t.ID
+	if id == "" {
+		id = NewID(now)
+	}
+	runAt := int64(0)
+	if !t.RunAt.IsZero() {
+		runAt = t.RunAt.UnixMilli()
+	} else if t.Delay > 0 {
+		runAt = now.Add(t.Delay).UnixMilli()
+	}
+	mr := -1
+	if t.MaxRetries != nil {
+		mr = *t.MaxRetries
+	}
+	return lua.EnqueueArgs{ID: id, Function: t.Function, Payload: t.Payload, Priority: t.Priority,
+		MaxRetries: mr, TimeoutMS: t.Timeout.Milliseconds(), NowMS: now.UnixMilli(), RunAtMS: runAt, Unique: t.Unique}
+}
+
+// Enqueue creates a task and returns its id. With a unique key that is taken, it
+// returns the existing task's id and created=false.
+func (c *Client) Enqueue(ctx context.Context, t Task) (id string, created bool, err error) {
+	if err := c.validate(&t); err != nil {
+		return "", false, err
+	}
+	if err := c.register(ctx, t.Queue); err != nil {
+		return "", false, err
+	}
+	return lua.Enqueue(ctx, c.rdb, c.ks.Queue(t.Queue), c.args(&t, c.now()))
+}
+
+// Result is the outcome of one task of an EnqueueMany.
+type Result struct {
+	ID      string
+	Created bool
+	Err     error
+}
+
+// EnqueueMany creates many tasks in one pipelined round trip (each still one atomic
+// script). Results are in the order of ts.
+func (c *Client) EnqueueMany(ctx context.Context, ts []Task) ([]Result, error) {
+	out := make([]Result, len(ts))
+	now := c.now()
+	type pending struct {
+		i   int
+		q   keys.Queue
+		a   lua.EnqueueArgs
+		cmd *redis.Cmd
+	}
+	var ps []pending
+	for i := range ts {
+		if err := c.validate(&ts[i]); err != nil {
+			out[i].Err = err
+			continue
+		}
+		if err := c.register(ctx, ts[i].Queue); err != nil {
+			return nil, err
+		}
+		ps = append(ps, pending{i: i, q: c.ks.Queue(ts[i].Queue), a: c.args(&ts[i], now)})
+	}
+	for attempt := 0; attempt < 2 && len(ps) > 0; attempt++ {
+		p := c.rdb.Pipeline()
+		for j := range ps {
+			ps[j].cmd = lua.EnqueueCmd(ctx, p, ps[j].q, ps[j].a)
+		}
+		_, _ = p.Exec(ctx)
+		var again []pending
+		for _, x := range ps {
+			if lua.IsNoScript(x.cmd.Err()) && attempt == 0 {
+				again = append(again, x)
+				continue
+			}
+			id, created, err := lua.EnqueueResult(x.cmd)
+			out[x.i] = Result{ID: id, Created: created, Err: err}
+		}
+		ps = again
+		if len(ps) > 0 {
+			if err := lua.Load(ctx, c.rdb); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// register adds q to the set of known queues once per client.
+func (c *Client) register(ctx context.Context, q string) error {
+	c.mu.Lock()
+	done := c.known[q]
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := c.rdb.SAdd(ctx, c.ks.Queues(), q).Err(); err != nil {
+		return fmt.Errorf("register queue %s: %w", q, err)
+	}
+	c.mu.Lock()
+	c.known[q] = true
+	c.mu.Unlock()
+	return nil
+}
+
+// Get reads a task.
+func (c *Client) Get(ctx context.Context, queue, id string) (*TaskInfo, error) {
+	if err := keys.ValidQueue(queue); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	h, err := c.rdb.HGetAll(ctx, c.ks.Queue(queue).Task(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", id, err)
+	}
+	if len(h) == 0 {
+		return nil, fmt.Errorf("get %s in %s: %w", id, queue, ErrNotFound)
+	}
+	ti := DecodeTask(h)
+	if ti.ID == "" {
+		ti.ID = id
+	}
+	if ti.Queue == "" {
+		ti.Queue = queue
+	}
+	return &ti, nil
+}
+
+// Cancel cancels a queued or scheduled task.
+func (c *Client) Cancel(ctx context.Context, queue, id string) error {
+	if err := keys.ValidQueue(queue); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	q := c.ks.Queue(queue)
+	unique, err := c.rdb.HGet(ctx, q.Task(id), "unique").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("cancel %s: %w", id, err)
+	}
+	return lua.Cancel(ctx, c.rdb, q, id, unique, c.now().UnixMilli(), c.keepMS)
+}
+
+// Pause stops workers reading new entries of queue (running tasks finish).
+func (c *Client) Pause(ctx context.Context, queue string) error {
+	if err := keys.ValidQueue(queue); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return c.rdb.Set(ctx, c.ks.Queue(queue).Paused(), "1", 0).Err()
+}
+
+// Resume undoes Pause.
+func (c *Client) Resume(ctx context.Context, queue string) error {
+	if err := keys.ValidQueue(queue); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return c.rdb.Del(ctx, c.ks.Queue(queue).Paused()).Err()
+}
+
+// Paused reports whether queue is paused.
+func (c *Client) Paused(ctx context.Context, queue string) (bool, error) {
+	n, err := c.rdb.Exists(ctx, c.ks.Queue(queue).Paused()).Result()
+	return n == 1, err
+}
+
+// Dead lists up to limit dead tasks of queue, most recent first.
+func (c *Client) Dead(ctx context.Context, queue string, limit int) ([]TaskInfo, error) {
+	if err := keys.ValidQueue(queue); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	q := c.ks.Queue(queue)
+	ids, err := c.rdb.ZRevRange(ctx, q.Dead(), 0, int64(limit-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list dead: %w", err)
+	}
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGetAll(ctx, q.Task(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read dead: %w", err)
+	}
+	out := make([]TaskInfo, 0, len(ids))
+	for i, id := range ids {
+		ti := DecodeTask(cmds[i].Val())
+		if ti.ID == "" {
+			ti.ID, ti.Queue, ti.Status = id, queue, "dead"
+		}
+		out = append(out, ti)
+	}
+	return out, nil
+}
+
+// Requeue puts a dead task back on its stream with a fresh retry budget.
+func (c *Client) Requeue(ctx context.Context, queue, id string) error {
+	if err := keys.ValidQueue(queue); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return lua.Requeue(ctx, c.rdb, c.ks.Queue(queue), id, c.now().UnixMilli())
+}
+
+// Workers lists workers with their liveness computed from heartbeat age.
+func (c *Client) Workers(ctx context.Context) ([]liveness.Worker, error) {
+	return liveness.List(ctx, c.rdb, c.ks, c.now())
+}
+
+// NewID returns a task id: 10 characters of millisecond time then 16 random ones
+// (Crockford base32, so ids sort by creation time).
+func NewID(now time.Time) string {
+	const alphabet = "0123456789abcdefghjkmnpqrstvwxyz"
+	var b [26]byte
+	ms := uint64(now.UnixMilli())
+	for i := 9; i >= 0; i-- {
+		b[i] = alphabet[ms&31]
+		ms >>= 5
+	}
+	var r [16]byte
+	_, _ = rand.Read(r[:])
+	for i := 0; i < 16; i++ {
+		b[10+i] = alphabet[r[i]&31]
+	}
+	return string(b[:])
+}
+
+// TaskInfo is a task as stored.
+type TaskInfo struct {
+	ID         string `json:"id"`
+	Queue      string `json:"queue"`
+	Function   string `json:"function"`
+	Status     string `json:"status"`
+	Attempt    int64  `json:"attempt"`
+	Priority   int    `json:"priority"`
+	Failures   int64  `json:"failures"`
+	MaxRetries int64  `json:"max_retries"`
+	Error      string `json:"error"`
+	Result     string `json:"result"`
+	Payload    string `json:"payload,omitempty"`
+	Worker     string `json:"worker,omitempty"`
+	Unique     string `json:"unique,omitempty"`
+	Raw        string `json:"raw,omitempty"` // the fields of a malformed entry (dead records)
+	CreatedAt  int64  `json:"created_at_ms,omitempty"`
+	RunAt      int64  `json:"run_at_ms,omitempty"`
+	StartedAt  int64  `json:"started_at_ms,omitempty"`
+	FinishedAt int64  `json:"finished_at_ms,omitempty"`
+	Reclaims   int64  `json:"reclaims,omitempty"`
+}
+
+// DecodeTask reads a task hash. It never fails: a field that does not parse reads as
+// zero, and the raw text stays available through HGETALL.
+func DecodeTask(h map[string]string) TaskInfo {
+	n := func(k string) int64 {
+		v, _ := strconv.ParseInt(h[k], 10, 64)
+		return v
+	}
+	return TaskInfo{
+		ID: h["id"], Queue: h["queue"], Function: h["function"], Status: h["status"],
+		Attempt: n("attempt"), Priority: int(n("priority")), Failures: n("failures"),
+		MaxRetries: n("max_retries"), Error: h["error"], Result: h["result"], Payload: h["payload"],
+		Worker: h["worker"], Unique: h["unique"], Raw: h["raw"],
+		CreatedAt: n("created_at"), RunAt: n("run_at"), StartedAt: n("started_at"),
+		FinishedAt: n("finished_at"), Reclaims: n("reclaims"),
+	}
+}

@@ -1,0 +1,70 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sethvargo/go-envconfig"
+
+	"github.com/dtq/dtq/runtime"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := runtime.LoadConfig(context.Background(), envconfig.MapLookuper(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DrainTimeoutS != 30 || c.VisibilityTimeoutS != 30 || c.HeartbeatIntervalS != 5 || c.Port != 8080 ||
+		c.MaxPayloadBytes != 1<<20 || len(c.Queues) != 1 || c.Queues[0] != "default" || c.KeyPrefix != "dtq" {
+		t.Fatalf("defaults = %+v", c)
+	}
+	if !strings.HasPrefix(c.WorkerID, "worker-") || len(c.WorkerID) != len("worker-")+8 {
+		t.Fatalf("worker id %q, want worker-<8 hex>", c.WorkerID)
+	}
+	// Every variable --help lists is one LoadConfig reads.
+	for _, v := range runtime.EnvVars() {
+		if _, err := runtime.LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{v.Name: "\x00bad"})); err == nil &&
+			v.Name != "DTQ_REDIS_CA_FILE" {
+			t.Errorf("%s: a bad value was accepted", v.Name)
+		}
+	}
+}
+
+func TestConfigErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"DTQ_WORKER_CONCURRENCY": "lots"}, "DTQ_WORKER_CONCURRENCY"},
+		{map[string]string{"DTQ_WORKER_CONCURRENCY": "0"}, "DTQ_WORKER_CONCURRENCY"},
+		{map[string]string{"DTQ_VISIBILITY_TIMEOUT_S": "-1"}, "DTQ_VISIBILITY_TIMEOUT_S"},
+		{map[string]string{"DTQ_VISIBILITY_TIMEOUT_S": "NaN"}, "DTQ_VISIBILITY_TIMEOUT_S"},
+		{map[string]string{"DTQ_HEARTBEAT_INTERVAL_S": "30", "DTQ_VISIBILITY_TIMEOUT_S": "30"}, "DTQ_HEARTBEAT_INTERVAL_S"},
+		{map[string]string{"DTQ_DRAIN_TIMEOUT_S": "soon"}, "DTQ_DRAIN_TIMEOUT_S"},
+		{map[string]string{"DTQ_QUEUES": "a,b{c}"}, "DTQ_QUEUES"},
+		{map[string]string{"DTQ_QUEUES": "a,a"}, "DTQ_QUEUES"},
+		{map[string]string{"DTQ_QUEUES": strings.Repeat("q", 10000)}, "DTQ_QUEUES"},
+		{map[string]string{"PORT": "99999"}, "PORT"},
+		{map[string]string{"PORT": "http"}, "PORT"},
+		{map[string]string{"DTQ_REDIS_URL": "http://x"}, "DTQ_REDIS_URL"},
+		{map[string]string{"DTQ_MAX_PAYLOAD_BYTES": "0"}, "DTQ_MAX_PAYLOAD_BYTES"},
+		{map[string]string{"DTQ_LOG_FORMAT": "xml"}, "DTQ_LOG_FORMAT"},
+		{map[string]string{"DTQ_EVENTS_VERBOSE": "maybe"}, "DTQ_EVENTS_VERBOSE"},
+		{map[string]string{"DTQ_WORKER_ID": "has space"}, "DTQ_WORKER_ID"},
+		{map[string]string{"DTQ_SCHEDULER_LOCK_TTL_MS": "500", "DTQ_SCHEDULER_INTERVAL_S": "1"}, "DTQ_SCHEDULER_LOCK_TTL_MS"},
+	} {
+		_, err := runtime.LoadConfig(context.Background(), envconfig.MapLookuper(c.env))
+		var ce *runtime.ConfigError
+		if !errors.As(err, &ce) || ce.Var != c.want {
+			t.Errorf("env %v: err = %v, want a ConfigError naming %s", c.env, err, c.want)
+			continue
+		}
+		if strings.Contains(err.Error(), "\n") {
+			t.Errorf("env %v: error spans lines: %q", c.env, err)
+		}
+	}
+}

@@ -1,0 +1,237 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/internal/liveness"
+	"github.com/dtq/dtq/lua"
+)
+
+// reaperInterval is the seed's max(0.5 s, visibility timeout / 2).
+func (w *Worker) reaperInterval() time.Duration {
+	return max(500*time.Millisecond, w.cfg.VisibilityTimeout()/2)
+}
+
+// reaperLoop takes over entries idle past the visibility timeout (their worker died or
+// went silent) on every band of every queue, at most concurrency×2 per pass.
+func (w *Worker) reaperLoop(ctx context.Context) error {
+	for {
+		if _, err := w.reapOnce(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			w.metrics.redisErrors.WithLabelValues("reclaim").Inc()
+			return err
+		}
+		if !sleepCtx(ctx, jitter(w.reaperInterval(), 0.1)) {
+			return nil
+		}
+	}
+}
+
+// reapOnce runs one reaper pass and returns how many tasks it started.
+func (w *Worker) reapOnce(ctx context.Context) (int, error) {
+	budget := 2 * w.cfg.Concurrency
+	started := 0
+	for _, q := range w.queues {
+		if budget <= 0 {
+			break
+		}
+		res, err := lua.Claim(ctx, w.rdb, q, lua.ClaimArgs{
+			Consumer: w.id, NowMS: w.now().UnixMilli(), Reclaim: true, Want: budget,
+			MinIdleMS: w.vtMS, MaxPayload: w.cfg.MaxPayloadBytes,
+		})
+		if err != nil {
+			return started, err
+		}
+		w.handleClaim(q, res)
+		n := len(res.Started) + len(res.Absorbed) + len(res.Invalid)
+		budget -= n
+		started += len(res.Started)
+	}
+	return started, nil
+}
+
+// schedulerLoop: every ~1 s (jittered) try to be the leader; the leader puts due
+// delayed tasks and retries on their streams and re-enqueues stale claims.
+func (w *Worker) schedulerLoop(ctx context.Context) error {
+	interval := seconds(w.cfg.SchedulerIntervalS)
+	for {
+		if err := w.scheduleOnce(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			w.metrics.redisErrors.WithLabelValues("scheduler").Inc()
+			return err
+		}
+		if !sleepCtx(ctx, jitter(interval, 0.2)) {
+			return nil
+		}
+	}
+}
+
+// scheduleOnce is one scheduler pass; it reports whether this worker led it.
+func (w *Worker) scheduleOnce(ctx context.Context) error {
+	lock, ttl := w.ks.SchedulerLock(), int64(w.cfg.SchedulerLockTTLMS)
+	if w.leader.Load() {
+		ok, err := lua.LockRenew(ctx, w.rdb, lock, w.id, ttl)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			w.leader.Store(false)
+			w.metrics.leader.Set(0)
+			w.log.Warn("scheduler: lost the leader lock")
+			w.publish(Event{Type: EventLeaderLost})
+			return nil
+		}
+	} else {
+		ok, err := w.rdb.SetNX(ctx, lock, w.id, time.Duration(ttl)*time.Millisecond).Result()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+		w.leader.Store(true)
+		w.metrics.leader.Set(1)
+		w.log.Info("scheduler: became leader")
+		w.publish(Event{Type: EventLeaderAcquired})
+	}
+	// The leader serves every known queue, not only its own: delayed tasks of a queue
+	// no leader serves would otherwise wait forever.
+	names, err := w.rdb.SMembers(ctx, w.ks.Queues()).Result()
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, q := range w.queues {
+		seen[q.Name] = true
+		if err := w.scheduleQueue(ctx, q, ttl); err != nil {
+			return err
+		}
+	}
+	for _, n := range names {
+		if seen[n] || keys.ValidQueue(n) != nil {
+			continue
+		}
+		if err := w.scheduleQueue(ctx, w.ks.Queue(n), ttl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const schedBatch = 1000
+
+func (w *Worker) scheduleQueue(ctx context.Context, q keys.Queue, lockTTL int64) error {
+	for i := 0; i < 100; i++ { // bounded: a huge backlog is worked off over passes
+		now := w.now().UnixMilli()
+		due, stale, _, err := lua.SchedClaim(ctx, w.rdb, q, now, schedBatch, now-lockTTL)
+		if err != nil {
+			return err
+		}
+		ids := append(due, stale...)
+		if len(ids) == 0 {
+			return nil
+		}
+		enq, _, err := lua.SchedEnqueue(ctx, w.rdb, q, now, ids)
+		if err != nil {
+			return err // the claims stay in the claimed set; the next leader pass retries them as stale
+		}
+		if len(enq) > 0 {
+			w.metrics.scheduled.Add(float64(len(enq)))
+			w.publish(Event{Type: EventScheduled, Queue: q.Name, Detail: strconv.Itoa(len(enq))})
+		}
+		if len(due) < schedBatch {
+			return nil
+		}
+	}
+	return nil
+}
+
+// heartbeatLoop writes the heartbeat at once and then every interval (jittered), and
+// resets the idle clock of every entry this worker still runs. It keeps going while
+// the worker drains, so long tasks finishing within the drain are not reclaimed.
+func (w *Worker) heartbeatLoop(ctx context.Context) error {
+	for {
+		w.heartbeatOnce(ctx)
+		w.touchHeld(ctx)
+		if !sleepCtx(ctx, jitter(w.cfg.HeartbeatInterval(), 0.1)) {
+			return nil
+		}
+	}
+}
+
+func (w *Worker) heartbeatOnce(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, max(time.Second, w.cfg.HeartbeatInterval()))
+	defer cancel()
+	if err := w.writeHeartbeat(ctx, w.status()); err != nil {
+		w.metrics.redisErrors.WithLabelValues("heartbeat").Inc()
+		w.log.Warn("heartbeat: write failed", "err", err)
+	}
+}
+
+func (w *Worker) writeHeartbeat(ctx context.Context, status string) error {
+	hbMS := int64(w.cfg.HeartbeatIntervalS * 1000)
+	key := w.ks.Worker(w.id)
+	p := w.rdb.Pipeline()
+	p.HSet(ctx, key,
+		liveness.FieldWorkerID, w.id,
+		liveness.FieldHostname, hostname(),
+		liveness.FieldStartedAt, w.startedAt.UnixMilli(),
+		liveness.FieldLastHeartbeat, w.now().UnixMilli(),
+		liveness.FieldActiveTasks, w.inflight.Load(),
+		liveness.FieldConcurrency, w.cfg.Concurrency,
+		liveness.FieldProcessed, w.processed.Load(),
+		liveness.FieldFailed, w.failed.Load(),
+		liveness.FieldRetried, w.retried.Load(),
+		liveness.FieldStatus, status,
+		liveness.FieldIntervalMS, hbMS,
+		liveness.FieldQueues, fmt.Sprint(w.cfg.Queues),
+	)
+	p.PExpire(ctx, key, time.Duration(liveness.StaleFactor*hbMS)*time.Millisecond)
+	p.SAdd(ctx, w.ks.Workers(), w.id)
+	_, err := p.Exec(ctx)
+	return err
+}
+
+// touchHeld XCLAIMs every held entry back to this worker with idle 0 (fenced: entries
+// whose task was reclaimed by a peer are left alone).
+func (w *Worker) touchHeld(ctx context.Context) {
+	byQueue := map[string][]lua.Held{}
+	w.heldMu.Lock()
+	for _, e := range w.held {
+		byQueue[e.q.Name] = append(byQueue[e.q.Name], e.heldRef())
+	}
+	w.heldMu.Unlock()
+	for name, hs := range byQueue {
+		tctx, cancel := context.WithTimeout(ctx, max(time.Second, w.cfg.HeartbeatInterval()))
+		ok, err := lua.Touch(tctx, w.rdb, w.byName[name], w.id, 0, false, hs)
+		cancel()
+		if err != nil {
+			w.metrics.redisErrors.WithLabelValues("touch").Inc()
+			w.log.Warn("heartbeat: touch failed", "queue", name, "err", err)
+			continue
+		}
+		for i, h := range hs {
+			if !ok[i] {
+				w.log.Warn("heartbeat: task no longer ours (reclaimed by a peer); its completion will be fenced off", "queue", name, "task", h.ID, "attempt", h.Attempt)
+			}
+		}
+	}
+}
+
+// finalHeartbeat reports "stopped"; the record expires after 3× the interval.
+func (w *Worker) finalHeartbeat() {
+	w.state.Store(stateStopped)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := w.writeHeartbeat(ctx, liveness.Stopped); err != nil {
+		w.log.Warn("heartbeat: final write failed", "err", err)
+	}
+}

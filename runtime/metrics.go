@@ -1,0 +1,102 @@
+package runtime
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Outcomes counted by dtq_worker_tasks_total.
+const (
+	OutcomeSucceeded  = "succeeded"
+	OutcomeRetried    = "retried"
+	OutcomeDead       = "dead"
+	OutcomeFenced     = "fenced"
+	OutcomeHandedBack = "handed_back"
+	OutcomeAbsorbed   = "absorbed"
+	OutcomeInvalid    = "invalid"
+)
+
+// metrics are one worker's Prometheus metrics, on a registry of its own (so several
+// workers can live in one process, as in tests).
+type metrics struct {
+	reg *prometheus.Registry
+
+	inflight      prometheus.Gauge
+	concurrency   prometheus.Gauge
+	leader        prometheus.Gauge
+	draining      prometheus.Gauge
+	tasks         *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
+	pickup        prometheus.Histogram
+	loopRestarts  *prometheus.CounterVec
+	redisErrors   *prometheus.CounterVec
+	eventsDropped prometheus.Counter
+	scheduled     prometheus.Counter
+
+	mu     sync.Mutex
+	byFunc map[string]*funcMetrics // cached label children: no per-task label hashing
+}
+
+type funcMetrics struct {
+	outcome  map[string]prometheus.Counter
+	duration prometheus.Observer
+}
+
+func newMetrics(workerID string) *metrics {
+	reg := prometheus.NewRegistry()
+	l := prometheus.Labels{"worker_id": workerID}
+	m := &metrics{
+		reg: reg,
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "dtq_worker_inflight", ConstLabels: l,
+			Help: "Tasks this worker has started and not yet recorded as finished."}),
+		concurrency: prometheus.NewGauge(prometheus.GaugeOpts{Name: "dtq_worker_concurrency", ConstLabels: l,
+			Help: "Functions this worker runs at once (DTQ_WORKER_CONCURRENCY)."}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "dtq_worker_scheduler_leader", ConstLabels: l,
+			Help: "1 while this worker holds the scheduler lock."}),
+		draining: prometheus.NewGauge(prometheus.GaugeOpts{Name: "dtq_worker_draining", ConstLabels: l,
+			Help: "1 once the worker is draining."}),
+		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dtq_worker_tasks_total", ConstLabels: l,
+			Help: "Task executions and entries handled, by function and outcome (succeeded, retried, dead, fenced, handed_back, absorbed, invalid)."},
+			[]string{"function", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "dtq_worker_task_duration_seconds", ConstLabels: l,
+			Help:    "Wall time of function executions.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}},
+			[]string{"function"}),
+		pickup: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dtq_worker_pickup_seconds", ConstLabels: l,
+			Help:    "Time from a task becoming runnable (queued) to its execution starting.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 300}}),
+		loopRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dtq_worker_loop_restarts_total", ConstLabels: l,
+			Help: "Supervised loops restarted after an error or panic."}, []string{"loop"}),
+		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dtq_worker_redis_errors_total", ConstLabels: l,
+			Help: "Redis calls that failed, by operation."}, []string{"op"}),
+		eventsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "dtq_worker_events_dropped_total", ConstLabels: l,
+			Help: "Lifecycle events dropped because the publish buffer was full."}),
+		scheduled: prometheus.NewCounter(prometheus.CounterOpts{Name: "dtq_worker_scheduler_enqueued_total", ConstLabels: l,
+			Help: "Delayed tasks and retries this worker's scheduler put on their streams."}),
+		byFunc: map[string]*funcMetrics{},
+	}
+	reg.MustRegister(m.inflight, m.concurrency, m.leader, m.draining, m.tasks, m.duration, m.pickup,
+		m.loopRestarts, m.redisErrors, m.eventsDropped, m.scheduled,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) fn(name string) *funcMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.byFunc[name]
+	if f == nil {
+		f = &funcMetrics{outcome: map[string]prometheus.Counter{}, duration: m.duration.WithLabelValues(name)}
+		for _, o := range []string{OutcomeSucceeded, OutcomeRetried, OutcomeDead, OutcomeFenced, OutcomeHandedBack, OutcomeAbsorbed, OutcomeInvalid} {
+			f.outcome[o] = m.tasks.WithLabelValues(name, o)
+		}
+		if len(m.byFunc) < 1000 { // a flood of unknown names must not grow this without bound
+			m.byFunc[name] = f
+		}
+	}
+	return f
+}
+
+func (m *metrics) count(function, outcome string) { m.fn(function).outcome[outcome].Inc() }

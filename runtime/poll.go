@@ -1,0 +1,303 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/lua"
+)
+
+// batchMax is the most entries one read takes from one queue (the seed's 32).
+const batchMax = 32
+
+// pollLoop is the seed's poll loop: while capacity is left, read up to
+// min(remaining, 32) new entries from each queue in order, bands p9 → p0, skipping
+// paused queues; when nothing was collected, block on all bands at once.
+func (w *Worker) pollLoop(ctx context.Context) error {
+	paused := make([]bool, len(w.queues))
+	for ctx.Err() == nil {
+		capacity := int64(w.cfg.Concurrency) - w.inflight.Load()
+		if capacity <= 0 {
+			select {
+			case <-w.slotFree:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		got, err := w.fetch(ctx, capacity, paused)
+		if err != nil {
+			return err
+		}
+		if got > 0 {
+			continue
+		}
+		if err := w.block(ctx, capacity, paused); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fetch reads new entries without blocking, queue by queue, and starts their tasks.
+func (w *Worker) fetch(ctx context.Context, capacity int64, paused []bool) (int64, error) {
+	var got int64
+	for i, q := range w.queues {
+		want := min(capacity-got, batchMax)
+		if want <= 0 || ctx.Err() != nil {
+			break
+		}
+		res, err := lua.Claim(ctx, w.rdb, q, lua.ClaimArgs{
+			Consumer: w.id, NowMS: w.now().UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return got, nil
+			}
+			w.metrics.redisErrors.WithLabelValues("claim").Inc()
+			return got, err
+		}
+		paused[i] = res.Paused
+		w.handleClaim(q, res)
+		got += int64(len(res.Started))
+	}
+	return got, nil
+}
+
+// block waits, on one blocking XREADGROUP over every band of every unpaused queue, for
+// the next entry; what arrives is claimed at once, topped up to capacity.
+func (w *Worker) block(ctx context.Context, capacity int64, paused []bool) error {
+	var streams []string
+	for i, q := range w.queues {
+		if paused[i] {
+			continue
+		}
+		if w.blocker.single == nil && len(streams) > 0 {
+			break // Cluster: one queue's bands share a slot; queues need not
+		}
+		for p := keys.MaxPriority; p >= 0; p-- {
+			streams = append(streams, q.Stream(p))
+		}
+	}
+	if len(streams) == 0 {
+		sleepCtx(ctx, time.Duration(w.cfg.PollBlockMS)*time.Millisecond)
+		return nil
+	}
+	xs, err := w.blocker.read(ctx, w.id, streams, time.Duration(w.cfg.PollBlockMS)*time.Millisecond)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if strings.HasPrefix(err.Error(), "NOGROUP") {
+			return w.ensureGroups(ctx)
+		}
+		w.metrics.redisErrors.WithLabelValues("read").Inc()
+		return err
+	}
+	if len(xs) == 0 {
+		return nil
+	}
+	delivered := map[string][]lua.Delivered{}
+	for _, x := range xs {
+		q, band, ok := w.streamOf(x.Stream)
+		if !ok {
+			continue
+		}
+		for _, m := range x.Messages {
+			delivered[q.Name] = append(delivered[q.Name], lua.Delivered{Band: band, Entry: m.ID})
+		}
+	}
+	if ctx.Err() != nil {
+		// Draining began while the read was blocked: start nothing new. Hand the
+		// deliveries back (idle = the visibility timeout) so a peer's reaper takes them
+		// at once; they are not ACKed.
+		return w.handBackDeliveries(delivered)
+	}
+	for i, q := range w.queues {
+		d := delivered[q.Name]
+		if len(d) == 0 {
+			continue
+		}
+		want := max(0, min(capacity-int64(len(d)), batchMax))
+		res, err := lua.Claim(ctx, w.rdb, q, lua.ClaimArgs{
+			Consumer: w.id, NowMS: w.now().UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
+			Delivered: d,
+		})
+		if err != nil {
+			w.metrics.redisErrors.WithLabelValues("claim").Inc()
+			return err // the entries stay pending; the reaper takes them after the visibility timeout
+		}
+		paused[i] = res.Paused
+		w.handleClaim(q, res)
+		capacity -= int64(len(res.Started))
+	}
+	return nil
+}
+
+func (w *Worker) handBackDeliveries(delivered map[string][]lua.Delivered) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for name, ds := range delivered {
+			q := w.byName[name]
+			for _, d := range ds {
+				p.Do(ctx, "XCLAIM", q.Stream(d.Band), keys.Group, w.id, 0, d.Entry, "IDLE", w.vtMS, "JUSTID")
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		w.log.Warn("drain: hand back of late deliveries failed; peers reclaim them after the visibility timeout", "err", err)
+	}
+	return nil
+}
+
+func (w *Worker) streamOf(stream string) (keys.Queue, int, bool) {
+	for _, q := range w.queues {
+		if b := q.BandOf(stream); b >= 0 {
+			return q, b, true
+		}
+	}
+	return keys.Queue{}, 0, false
+}
+
+// ensureGroups creates the consumer group on every band of every queue (MKSTREAM).
+func (w *Worker) ensureGroups(ctx context.Context) error {
+	_, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, q := range w.queues {
+			for _, s := range q.Streams {
+				p.XGroupCreateMkStream(ctx, s, keys.Group, "0")
+			}
+		}
+		return nil
+	})
+	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+		return err
+	}
+	return nil
+}
+
+// handleClaim starts what a claim started and reports what it absorbed or rejected.
+func (w *Worker) handleClaim(q keys.Queue, res lua.ClaimResult) {
+	if len(res.Started) > 0 {
+		w.start(q, res.Started)
+	}
+	for _, a := range res.Absorbed {
+		if a.Status == "dead" {
+			w.metrics.count("(claim)", OutcomeDead)
+			w.log.Warn("claim: task killed at claim", "queue", q.Name, "task", a.ID)
+			w.publish(Event{Type: EventTaskDead, Queue: q.Name, TaskID: a.ID, Detail: "payload over the limit"})
+			continue
+		}
+		w.metrics.count("(claim)", OutcomeAbsorbed)
+		w.publish(Event{Type: EventDuplicateAbsorbed, Queue: q.Name, TaskID: a.ID, Detail: "entry " + a.Entry + ", task " + a.Status})
+	}
+	for _, in := range res.Invalid {
+		w.metrics.count("(claim)", OutcomeInvalid)
+		w.log.Warn("claim: malformed entry moved to a dead record", "queue", q.Name, "entry", in.Entry, "dead_id", in.DeadID, "reason", in.Reason)
+		w.publish(Event{Type: EventInvalidEntry, Queue: q.Name, TaskID: in.DeadID, Detail: in.Reason})
+	}
+}
+
+// blocker owns the connection of the idle blocking read. On a single node it is a
+// dedicated connection whose CLIENT ID lets a drain CLIENT UNBLOCK it at once, so an
+// idle worker exits promptly however long the block.
+type blocker struct {
+	rdb    redis.UniversalClient
+	single *redis.Client
+
+	mu   sync.Mutex
+	conn *redis.Conn
+	id   int64
+}
+
+func newBlocker(rdb redis.UniversalClient) *blocker {
+	b := &blocker{rdb: rdb}
+	if c, ok := rdb.(*redis.Client); ok {
+		b.single = c
+	}
+	return b
+}
+
+func (b *blocker) read(ctx context.Context, consumer string, streams []string, block time.Duration) ([]redis.XStream, error) {
+	ids := make([]string, len(streams))
+	for i := range ids {
+		ids[i] = ">"
+	}
+	args := &redis.XReadGroupArgs{Group: keys.Group, Consumer: consumer, Streams: append(streams, ids...), Count: 1, Block: block}
+	if b.single == nil {
+		args.Block = min(block, 500*time.Millisecond) // no CLIENT UNBLOCK across a cluster's nodes
+		res, err := b.rdb.XReadGroup(ctx, args).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil, nil
+		}
+		return res, err
+	}
+	conn, err := b.connection(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := conn.XReadGroup(ctx, args).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		b.reset() // a broken connection gets a new one (and a new CLIENT ID)
+	}
+	return res, err
+}
+
+func (b *blocker) connection(ctx context.Context) (*redis.Conn, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.conn != nil {
+		return b.conn, nil
+	}
+	conn := b.single.Conn()
+	id, err := conn.ClientID(ctx).Result()
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	b.conn, b.id = conn, id
+	return conn, nil
+}
+
+func (b *blocker) reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.conn != nil {
+		_ = b.conn.Close()
+		b.conn, b.id = nil, 0
+	}
+}
+
+// unblockUntil sends CLIENT UNBLOCK to the blocked read until the fetch loops are done.
+func (b *blocker) unblockUntil(loops *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() { loops.Wait(); close(done) }()
+	for {
+		b.mu.Lock()
+		id := b.id
+		b.mu.Unlock()
+		if id != 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			_ = b.rdb.ClientUnblock(ctx, id).Err()
+			cancel()
+		}
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (b *blocker) close() { b.reset() }

@@ -1,0 +1,387 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/internal/liveness"
+	"github.com/dtq/dtq/lua"
+)
+
+// Options are the worker's collaborators; only Config, Redis and Registry are required.
+type Options struct {
+	Config   Config
+	Redis    redis.UniversalClient
+	Registry *Registry
+	Logger   *slog.Logger
+	// Observe, when set, is called synchronously with every event the worker publishes,
+	// including ones not sent to Redis. Tests wait on it instead of sleeping.
+	Observe func(Event)
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Worker runs functions on tasks from the priority streams of its queues.
+type Worker struct {
+	cfg    Config
+	rdb    redis.UniversalClient
+	reg    *Registry
+	log    *slog.Logger
+	now    func() time.Time
+	ks     keys.Space
+	id     string
+	queues []keys.Queue
+	byName map[string]keys.Queue
+
+	vtMS       int64
+	keepMS     int64
+	defTimeout time.Duration
+	defBackoff Backoff
+
+	metrics *metrics
+	events  *events
+
+	state     atomic.Int32
+	inflight  atomic.Int64
+	processed atomic.Int64
+	failed    atomic.Int64
+	retried   atomic.Int64
+	startedAt time.Time
+
+	heldMu sync.Mutex
+	held   map[string]*execution // by entry id: every execution started and not yet recorded
+
+	jobs        chan *execution
+	completions chan *execution
+	slotFree    chan struct{}
+
+	// fetchCtx ends when the worker starts draining: poll, reaper and scheduler stop.
+	fetchCtx    context.Context
+	stopFetch   context.CancelFunc
+	runCtx      context.Context // ends at the drain deadline: running functions are cancelled
+	cancelRun   context.CancelFunc
+	handbackMu  sync.Mutex
+	handedBack  []*execution
+	running     atomic.Int64   // functions executing now
+	execDone    chan struct{}  // signalled when an execution returns
+	sendWG      sync.WaitGroup // hand-offs waiting for room in jobs
+	poolWG      sync.WaitGroup
+	completerWG sync.WaitGroup
+	compMu      sync.RWMutex // guards compClosed against a late record
+	compClosed  bool
+
+	blocker *blocker
+	leader  atomic.Bool
+}
+
+// Worker states, as reported in the heartbeat.
+const (
+	stateStarting int32 = iota
+	stateRunning
+	stateDraining
+	stateStopped
+)
+
+// New builds a worker. It does not touch Redis: Run does.
+func New(o Options) (*Worker, error) {
+	if o.Redis == nil || o.Registry == nil {
+		return nil, errors.New("runtime: New needs Redis and a Registry")
+	}
+	cfg := o.Config
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	w := &Worker{
+		cfg: cfg, rdb: o.Redis, reg: o.Registry, now: now,
+		ks: keys.New(cfg.KeyPrefix), id: cfg.WorkerID,
+		byName:      map[string]keys.Queue{},
+		vtMS:        int64(cfg.VisibilityTimeoutS * 1000),
+		keepMS:      int64(cfg.ResultTTLS * 1000),
+		defTimeout:  seconds(cfg.DefaultTimeoutS),
+		defBackoff:  ExpBackoff(time.Duration(cfg.RetryBaseMS)*time.Millisecond, time.Duration(cfg.RetryMaxMS)*time.Millisecond),
+		held:        map[string]*execution{},
+		jobs:        make(chan *execution, 4*cfg.Concurrency+keys.Bands*len(cfg.Queues)+64),
+		completions: make(chan *execution, 4*cfg.Concurrency+64),
+		slotFree:    make(chan struct{}, 1),
+		execDone:    make(chan struct{}, 1),
+	}
+	w.log = log.With("worker_id", w.id)
+	for _, q := range cfg.Queues {
+		kq := w.ks.Queue(q)
+		w.queues = append(w.queues, kq)
+		w.byName[q] = kq
+	}
+	w.metrics = newMetrics(w.id)
+	w.metrics.concurrency.Set(float64(cfg.Concurrency))
+	w.events = newEvents(w.rdb, w.ks.Events(), cfg.EventsMaxLen, w.log, o.Observe, w.metrics.eventsDropped.Inc)
+	w.fetchCtx, w.stopFetch = context.WithCancel(context.Background())
+	w.runCtx, w.cancelRun = context.WithCancel(context.Background())
+	return w, nil
+}
+
+// ID is the worker id: consumer name, lock token, metrics label.
+func (w *Worker) ID() string { return w.id }
+
+// Ready reports whether the worker takes work (false while starting and once draining).
+func (w *Worker) Ready() bool { return w.state.Load() == stateRunning }
+
+// Draining reports whether the worker has begun to drain.
+func (w *Worker) Draining() bool { return w.state.Load() >= stateDraining }
+
+// Inflight is the number of executions started and not yet recorded.
+func (w *Worker) Inflight() int64 { return w.inflight.Load() }
+
+func (w *Worker) publish(ev Event) {
+	ev.Worker = w.id
+	w.events.publish(ev)
+}
+
+// Run serves until ctx ends, then drains: it stops fetching, waits up to the drain
+// timeout for running functions, cancels the rest and hands their entries back, and
+// returns once the final heartbeat is written. Call Run once.
+func (w *Worker) Run(ctx context.Context) error {
+	w.startedAt = w.now()
+	w.state.Store(stateStarting)
+	// Start-up writes nothing that can wait: groups are created by the claim script on
+	// first use, scripts load on first EVALSHA miss. One heartbeat says "starting".
+	w.heartbeatOnce(context.Background())
+
+	w.blocker = newBlocker(w.rdb)
+	for i := 0; i < w.cfg.Concurrency; i++ {
+		w.poolWG.Add(1)
+		go w.executor()
+	}
+	w.completerWG.Add(1)
+	go w.completer()
+
+	var loops sync.WaitGroup
+	start := func(name string, fn func(context.Context) error) {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			w.supervise(w.fetchCtx, name, fn)
+		}()
+	}
+	w.state.Store(stateRunning)
+	start("poll", w.pollLoop)
+	start("reaper", w.reaperLoop)
+	start("scheduler", w.schedulerLoop)
+	hbCtx, stopHB := context.WithCancel(context.Background())
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		w.supervise(hbCtx, "heartbeat", w.heartbeatLoop)
+	}()
+	w.publish(Event{Type: EventWorkerStarted})
+	w.log.Info("worker: started", "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
+
+	<-ctx.Done()
+	w.drain(&loops)
+	stopHB()
+	<-hbDone
+	w.finalHeartbeat()
+	w.publish(Event{Type: EventWorkerStopped, Detail: fmt.Sprintf("processed=%d failed=%d", w.processed.Load(), w.failed.Load())})
+	w.events.close()
+	w.blocker.close()
+	w.log.Info("worker: stopped")
+	return nil
+}
+
+// drain implements SIGTERM: stop fetching, wait, cancel, hand back.
+func (w *Worker) drain(loops *sync.WaitGroup) {
+	w.stopFetch()
+	w.state.Store(stateDraining)
+	w.metrics.draining.Set(1)
+	w.log.Info("worker: draining", "inflight", w.inflight.Load(), "timeout_s", w.cfg.DrainTimeoutS)
+	w.blocker.unblockUntil(loops)
+	loops.Wait()
+	w.heartbeatOnce(context.Background()) // status draining
+
+	if w.leader.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if _, err := lua.LockRelease(ctx, w.rdb, w.ks.SchedulerLock(), w.id); err != nil {
+			w.log.Warn("scheduler: lock release failed", "err", err)
+		}
+		cancel()
+		w.leader.Store(false)
+		w.metrics.leader.Set(0)
+	}
+
+	deadline := time.NewTimer(w.cfg.DrainTimeout())
+	defer deadline.Stop()
+	gaveUp := false
+	for !gaveUp && w.inflight.Load() > 0 {
+		select {
+		case <-w.slotFree:
+		case <-deadline.C:
+			w.giveUp()
+			gaveUp = true
+		}
+	}
+	w.sendWG.Wait()
+	close(w.jobs)
+	if gaveUp {
+		waitTimeout(&w.poolWG, time.Second) // a function ignoring cancellation is left behind
+	} else {
+		w.poolWG.Wait()
+	}
+	w.compMu.Lock()
+	w.compClosed = true
+	close(w.completions)
+	w.compMu.Unlock()
+	w.completerWG.Wait()
+}
+
+// waitTimeout waits for wg at most d and reports whether it finished.
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// giveUp cancels running functions at the drain deadline and hands their entries back
+// (idle = the visibility timeout, so a peer's next reaper pass takes them at once),
+// without ACK. Functions that ignore cancellation are detached: their results are
+// discarded.
+func (w *Worker) giveUp() {
+	w.log.Warn("worker: drain timeout, cancelling running functions", "inflight", w.inflight.Load())
+	w.cancelRun()
+	grace := time.NewTimer(time.Second)
+	defer grace.Stop()
+	for w.running.Load() > 0 {
+		select {
+		case <-w.execDone:
+			continue
+		case <-grace.C:
+			w.log.Warn("worker: functions ignore cancellation; detaching them", "running", w.running.Load())
+		}
+		break
+	}
+	// Everything still held now has no outcome to record: cancelled or detached,
+	// or queued behind the pool and never started.
+	w.heldMu.Lock()
+	var back []*execution
+	for _, e := range w.held {
+		if e.recorded.CompareAndSwap(false, true) {
+			back = append(back, e)
+		}
+	}
+	w.heldMu.Unlock()
+	w.handBack(back)
+}
+
+func (w *Worker) handBack(list []*execution) {
+	byQueue := map[string][]lua.Held{}
+	for _, e := range list {
+		byQueue[e.q.Name] = append(byQueue[e.q.Name], e.heldRef())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for name, hs := range byQueue {
+		ok, err := lua.Touch(ctx, w.rdb, w.byName[name], w.id, w.vtMS, true, hs)
+		if err != nil {
+			w.log.Warn("drain: hand back failed; peers reclaim after the visibility timeout", "queue", name, "err", err)
+			continue
+		}
+		for i, h := range hs {
+			if ok[i] {
+				w.publish(Event{Type: EventHandedBack, Queue: name, TaskID: h.ID, Attempt: h.Attempt})
+			}
+		}
+	}
+	for _, e := range list {
+		w.metrics.count(e.fnLabel, OutcomeHandedBack)
+		w.release(e)
+	}
+}
+
+// supervise runs fn until ctx ends; an error or a panic is logged and fn restarts
+// after 0.5–1.5 s. The worker never dies of a loop.
+func (w *Worker) supervise(ctx context.Context, name string, fn func(context.Context) error) {
+	for {
+		err := func() (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+				}
+			}()
+			return fn(ctx)
+		}()
+		if ctx.Err() != nil {
+			return
+		}
+		w.metrics.loopRestarts.WithLabelValues(name).Inc()
+		w.log.Error(name+": loop failed; restarting", "err", err)
+		if !sleepCtx(ctx, jitter(time.Second, 0.5)) {
+			return
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether the full wait elapsed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// jitter returns d ± frac·d, uniformly.
+func jitter(d time.Duration, frac float64) time.Duration {
+	f := 1 + frac*(2*rand.Float64()-1)
+	return time.Duration(float64(d) * f)
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "unknown"
+	}
+	return h
+}
+
+func (w *Worker) status() string {
+	switch w.state.Load() {
+	case stateStarting:
+		return liveness.Starting
+	case stateRunning:
+		if w.inflight.Load() > 0 {
+			return liveness.Busy
+		}
+		return liveness.Ready
+	case stateDraining:
+		return liveness.Draining
+	default:
+		return liveness.Stopped
+	}
+}
