@@ -2,8 +2,8 @@ package runtime
 
 import (
 	"context"
-	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dtq/dtq/internal/keys"
@@ -192,7 +192,7 @@ func (w *Worker) writeHeartbeat(ctx context.Context, status string) error {
 		liveness.FieldRetried, w.retried.Load(),
 		liveness.FieldStatus, status,
 		liveness.FieldIntervalMS, hbMS,
-		liveness.FieldQueues, fmt.Sprint(w.cfg.Queues),
+		liveness.FieldQueues, strings.Join(w.cfg.Queues, ","),
 	)
 	p.PExpire(ctx, key, time.Duration(liveness.StaleFactor*hbMS)*time.Millisecond)
 	p.SAdd(ctx, w.ks.Workers(), w.id)

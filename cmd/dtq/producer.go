@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/dtq/dtq/client"
+)
+
+// withClient opens Redis and runs fn with a client and a bounded context.
+func withClient(cmd string, r *redisFlags, fn func(ctx context.Context, c *client.Client) error) int {
+	rdb, err := r.open()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dtq %s: DTQ_REDIS_URL: %v\n", cmd, err)
+		return exitUsage
+	}
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := fn(ctx, client.New(rdb, client.Options{Prefix: r.prefix, MaxPayload: payloadLimit()})); err != nil {
+		if errors.Is(err, client.ErrInvalid) || errors.Is(err, client.ErrPayloadTooBig) {
+			fmt.Fprintf(os.Stderr, "dtq %s: %v\n", cmd, err)
+			return exitUsage
+		}
+		return fail(cmd, err)
+	}
+	return exitOK
+}
+
+func payloadLimit() int {
+	var n int
+	if _, err := fmt.Sscan(envDefault("DTQ_MAX_PAYLOAD_BYTES", "1048576"), &n); err != nil || n <= 0 {
+		return client.DefaultMaxPayload
+	}
+	return n
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func runEnqueue(args []string) int {
+	fs := newFlags("enqueue", "enqueue --queue Q --function F [flags]   (prints the task id)", clientEnv)
+	r := addRedisFlags(fs)
+	queue := fs.String("queue", "default", "queue name")
+	fn := fs.String("function", "", "function to run (required)")
+	prio := fs.Int("priority", 0, "priority 0..9 (9 most urgent)")
+	payload := fs.String("payload", "", "payload (JSON by convention)")
+	delay := fs.Duration("delay", 0, "run after this delay (e.g. 5s)")
+	runAt := fs.String("run-at", "", "run at this time (RFC 3339)")
+	retries := fs.Int("max-retries", -1, "failed attempts retried before the task is dead (-1: the function's default)")
+	timeout := fs.Duration("timeout", 0, "time limit of one attempt (0: the function's default)")
+	unique := fs.String("unique", "", "unique key: a second enqueue with it returns the first task's id")
+	id := fs.String("id", "", "explicit task id (default: generated)")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if *fn == "" {
+		fmt.Fprintln(os.Stderr, "dtq enqueue: --function is required")
+		return exitUsage
+	}
+	t := client.Task{Queue: *queue, Function: *fn, Payload: []byte(*payload), Priority: *prio,
+		Delay: *delay, Timeout: *timeout, Unique: *unique, ID: *id}
+	if *retries >= 0 {
+		t.MaxRetries = client.Retries(*retries)
+	}
+	if *runAt != "" {
+		at, err := time.Parse(time.RFC3339, *runAt)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "dtq enqueue: --run-at %q is not RFC 3339\n", *runAt)
+			return exitUsage
+		}
+		t.RunAt = at
+	}
+	return withClient("enqueue", r, func(ctx context.Context, c *client.Client) error {
+		got, created, err := c.Enqueue(ctx, t)
+		if err != nil {
+			return err
+		}
+		fmt.Println(got)
+		if !created {
+			fmt.Fprintf(os.Stderr, "dtq enqueue: unique key %q is taken by task %s; nothing created\n", *unique, got)
+		}
+		return nil
+	})
+}
+
+func runInspect(args []string) int {
+	fs := newFlags("inspect", "inspect task --queue Q ID | inspect queue Q | inspect queues", clientEnv)
+	if len(args) == 0 || (args[0] != "task" && args[0] != "queue" && args[0] != "queues") {
+		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
+			fs.SetOutput(os.Stdout)
+			fs.Usage()
+			return exitOK
+		}
+		fs.SetOutput(os.Stderr)
+		fs.Usage()
+		return exitUsage
+	}
+	what := args[0]
+	fs = newFlags("inspect "+what, map[string]string{"task": "inspect task --queue Q ID", "queue": "inspect queue Q", "queues": "inspect queues"}[what], clientEnv)
+	r := addRedisFlags(fs)
+	queue := fs.String("queue", "default", "queue of the task")
+	if code, ok := parse(fs, args[1:]); !ok {
+		return code
+	}
+	switch what {
+	case "task":
+		if fs.NArg() != 1 {
+			fmt.Fprintln(os.Stderr, "dtq inspect task: want one task id")
+			return exitUsage
+		}
+		return withClient("inspect", r, func(ctx context.Context, c *client.Client) error {
+			ti, err := c.Get(ctx, *queue, fs.Arg(0))
+			if err != nil {
+				return err
+			}
+			return printJSON(ti)
+		})
+	case "queue":
+		name := *queue
+		if fs.NArg() == 1 {
+			name = fs.Arg(0)
+		} else if fs.NArg() > 1 {
+			fmt.Fprintln(os.Stderr, "dtq inspect queue: want one queue name")
+			return exitUsage
+		}
+		return withClient("inspect", r, func(ctx context.Context, c *client.Client) error {
+			qi, err := c.Queue(ctx, name)
+			if err != nil {
+				return err
+			}
+			return printJSON(qi)
+		})
+	default:
+		return withClient("inspect", r, func(ctx context.Context, c *client.Client) error {
+			names, err := c.Queues(ctx)
+			if err != nil {
+				return err
+			}
+			out := []*client.QueueInfo{}
+			for _, n := range names {
+				qi, err := c.Queue(ctx, n)
+				if err != nil {
+					return err
+				}
+				out = append(out, qi)
+			}
+			return printJSON(out)
+		})
+	}
+}
+
+func runCancel(args []string) int {
+	fs := newFlags("cancel", "cancel --queue Q ID...", clientEnv)
+	r := addRedisFlags(fs)
+	queue := fs.String("queue", "default", "queue of the tasks")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "dtq cancel: want at least one task id")
+		return exitUsage
+	}
+	return withClient("cancel", r, func(ctx context.Context, c *client.Client) error {
+		var errs []error
+		for _, id := range fs.Args() {
+			if err := c.Cancel(ctx, *queue, id); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			fmt.Println(id)
+		}
+		return errors.Join(errs...)
+	})
+}
+
+func queueArg(cmd string, fs *flag.FlagSet) (string, bool) {
+	if fs.NArg() != 1 {
+		fmt.Fprintf(os.Stderr, "dtq %s: want one queue name\n", cmd)
+		return "", false
+	}
+	return fs.Arg(0), true
+}
+
+func runPause(args []string) int {
+	fs := newFlags("pause", "pause Q", clientEnv)
+	r := addRedisFlags(fs)
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	q, ok := queueArg("pause", fs)
+	if !ok {
+		return exitUsage
+	}
+	return withClient("pause", r, func(ctx context.Context, c *client.Client) error { return c.Pause(ctx, q) })
+}
+
+func runResume(args []string) int {
+	fs := newFlags("resume", "resume Q", clientEnv)
+	r := addRedisFlags(fs)
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	q, ok := queueArg("resume", fs)
+	if !ok {
+		return exitUsage
+	}
+	return withClient("resume", r, func(ctx context.Context, c *client.Client) error { return c.Resume(ctx, q) })
+}
+
+func runDead(args []string) int {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "requeue") {
+		fs := newFlags("dead", "dead list --queue Q [--limit N] | dead requeue --queue Q ID...", clientEnv)
+		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
+			fs.SetOutput(os.Stdout)
+			fs.Usage()
+			return exitOK
+		}
+		fs.SetOutput(os.Stderr)
+		fs.Usage()
+		return exitUsage
+	}
+	what := args[0]
+	fs := newFlags("dead "+what, map[string]string{"list": "dead list --queue Q [--limit N]", "requeue": "dead requeue --queue Q ID..."}[what], clientEnv)
+	r := addRedisFlags(fs)
+	queue := fs.String("queue", "default", "queue")
+	limit := fs.Int("limit", 100, "most tasks to list")
+	if code, ok := parse(fs, args[1:]); !ok {
+		return code
+	}
+	if what == "list" {
+		return withClient("dead", r, func(ctx context.Context, c *client.Client) error {
+			ts, err := c.Dead(ctx, *queue, *limit)
+			if err != nil {
+				return err
+			}
+			return printJSON(ts)
+		})
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "dtq dead requeue: want at least one task id")
+		return exitUsage
+	}
+	return withClient("dead", r, func(ctx context.Context, c *client.Client) error {
+		var errs []error
+		for _, id := range fs.Args() {
+			if err := c.Requeue(ctx, *queue, id); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			fmt.Println(id)
+		}
+		return errors.Join(errs...)
+	})
+}
+
+func runWorkers(args []string) int {
+	fs := newFlags("workers", "workers   (JSON, liveness computed from heartbeat age)", clientEnv)
+	r := addRedisFlags(fs)
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	return withClient("workers", r, func(ctx context.Context, c *client.Client) error {
+		ws, err := c.Workers(ctx)
+		if err != nil {
+			return err
+		}
+		if ws == nil {
+			return printJSON([]any{})
+		}
+		return printJSON(ws)
+	})
+}

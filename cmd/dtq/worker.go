@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/sethvargo/go-envconfig"
+
+	"github.com/dtq/dtq/function"
+	"github.com/dtq/dtq/internal/redisconn"
+	"github.com/dtq/dtq/runtime"
+)
+
+func runWorker(args []string) int {
+	fs := newFlags("worker", "worker   (configured by the environment only)", runtime.EnvVars())
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "dtq worker: unexpected argument %q (configuration comes from the environment; see --help)\n", fs.Arg(0))
+		return exitUsage
+	}
+	cfg, err := runtime.LoadConfig(context.Background(), envconfig.OsLookuper())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dtq worker: %v\n", err)
+		return exitUsage
+	}
+	log := newLogger(cfg.LogFormat, cfg.LogLevel, os.Stderr)
+	rdb, err := redisconn.Open(cfg.RedisURL, redisconn.Options{CAFile: cfg.RedisCAFile, PoolSize: cfg.Concurrency + 16, Name: cfg.WorkerID})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dtq worker: DTQ_REDIS_URL: %v\n", err)
+		return exitUsage
+	}
+	defer rdb.Close()
+	w, err := runtime.New(runtime.Options{Config: cfg, Redis: rdb, Registry: function.Registry(), Logger: log})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dtq worker: %v\n", err)
+		return exitUsage
+	}
+
+	ln, err := net.Listen("tcp", ":"+strconv.Itoa(cfg.Port))
+	if err != nil {
+		return fail("worker", fmt.Errorf("PORT %d: %w", cfg.Port, err))
+	}
+	srv := &http.Server{Handler: w.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http: serve failed", "err", err)
+		}
+	}()
+	log.Info("worker: http listening", "addr", ln.Addr().String(), "redis", redisconn.Redact(cfg.RedisURL))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	err = w.Run(ctx)
+	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if err != nil {
+		return fail("worker", err)
+	}
+	return exitOK
+}
