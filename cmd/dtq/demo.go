@@ -1,3 +1,273 @@
 package main
 
-func runDemo(args []string) int { return 1 }
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/client"
+	"github.com/dtq/dtq/internal/redisconn"
+)
+
+// runDemo runs the main job end to end: three worker processes, a burst of tasks across
+// priorities (no-ops, echoes, sleeps, planned failures, a delayed task), a SIGKILL of
+// the worker running the longest task, that task finished by a peer, and a summary.
+func runDemo(args []string) int {
+	fs := newFlags("demo", "demo [flags]   (starts its own redis-server unless DTQ_REDIS_URL is set)", clientEnv)
+	tasks := fs.Int("tasks", 300, "tasks in the burst")
+	workers := fs.Int("workers", 3, "worker processes")
+	prefix := fs.String("prefix", "dtqdemo", "key prefix (the demo deletes its keys when done)")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if *workers < 2 {
+		fmt.Fprintln(os.Stderr, "dtq demo: --workers must be at least 2 (one is killed)")
+		return exitUsage
+	}
+	say := func(f string, a ...any) { fmt.Printf(f+"\n", a...) }
+
+	url := os.Getenv("DTQ_REDIS_URL")
+	if url == "" {
+		srv, err := startRedis()
+		if err != nil {
+			return fail("demo", err)
+		}
+		defer srv.stop()
+		url = srv.url
+		say("redis     started redis-server on %s (stopped when the demo ends)", srv.addr)
+	} else {
+		say("redis     using DTQ_REDIS_URL %s", redisconn.Redact(url))
+	}
+	rdb, err := redisconn.Open(url, redisconn.Options{CAFile: os.Getenv("DTQ_REDIS_CA_FILE")})
+	if err != nil {
+		return fail("demo", err)
+	}
+	defer rdb.Close()
+	ctx := context.Background()
+
+	defer cleanup(rdb, *prefix)
+	c := client.New(rdb, client.Options{Prefix: *prefix})
+
+	exe, err := os.Executable()
+	if err != nil {
+		return fail("demo", err)
+	}
+	procs := map[string]*exec.Cmd{}
+	var order []string
+	defer func() {
+		for _, p := range procs {
+			_ = p.Process.Signal(syscall.SIGTERM)
+		}
+		for _, p := range procs {
+			_ = p.Wait()
+		}
+	}()
+	for i := 1; i <= *workers; i++ {
+		id := fmt.Sprintf("demo-worker-%d", i)
+		cmd := exec.Command(exe, "worker")
+		cmd.Env = append(os.Environ(), "DTQ_REDIS_URL="+url, "DTQ_KEY_PREFIX="+*prefix, "DTQ_WORKER_ID="+id,
+			"DTQ_QUEUES=default,emails", "DTQ_WORKER_CONCURRENCY=8", "DTQ_VISIBILITY_TIMEOUT_S=2",
+			"DTQ_HEARTBEAT_INTERVAL_S=0.5", "DTQ_DRAIN_TIMEOUT_S=5", "DTQ_RETRY_BASE_MS=100", "DTQ_RETRY_MAX_MS=400",
+			"DTQ_LOG_LEVEL=error", "PORT=0")
+		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			return fail("demo", err)
+		}
+		procs[id] = cmd
+		order = append(order, id)
+	}
+	say("workers   started %d worker processes: %s", *workers, strings.Join(order, ", "))
+
+	// The burst: the long sleep goes first so a worker is surely running it.
+	start := time.Now()
+	long, _, err := c.Enqueue(ctx, client.Task{Queue: "default", Function: "sleep", Payload: []byte(`{"ms":1500}`), Priority: 9})
+	if err != nil {
+		return fail("demo", err)
+	}
+	var burst []client.Task
+	for i := 0; i < *tasks; i++ {
+		t := client.Task{Queue: "default", Function: "noop", Priority: i % 10}
+		switch {
+		case i%50 == 7:
+			t.Function, t.Payload, t.MaxRetries = "fail", []byte(`{"times":2}`), client.Retries(3)
+		case i%50 == 13:
+			t.Function, t.Payload, t.MaxRetries = "fail", []byte(`{"times":9}`), client.Retries(1)
+		case i%10 == 3:
+			t.Queue, t.Function, t.Payload = "emails", "echo", []byte(fmt.Sprintf(`{"to":"user%d@example.com"}`, i))
+		case i%25 == 5:
+			t.Function, t.Payload = "sleep", []byte(`{"ms":200}`)
+		}
+		burst = append(burst, t)
+	}
+	burst = append(burst, client.Task{Queue: "default", Function: "echo", Payload: []byte(`"later"`), Delay: time.Second})
+	res, err := c.EnqueueMany(ctx, burst)
+	if err != nil {
+		return fail("demo", err)
+	}
+	type ref struct{ queue, id string }
+	all := []ref{{"default", long}}
+	for i, r := range res {
+		if r.Err != nil {
+			return fail("demo", r.Err)
+		}
+		all = append(all, ref{burst[i].Queue, r.ID})
+	}
+	say("enqueue   %d tasks on queues default and emails, priorities 0-9, in %s (one delayed by 1s)", len(all), time.Since(start).Round(time.Millisecond))
+
+	// Find who runs the long task and SIGKILL it.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	ti, err := c.WaitFor(wctx, "default", long, 2*time.Millisecond, "running", "succeeded")
+	if err != nil || ti.Status != "running" {
+		return fail("demo", fmt.Errorf("the long task never ran: %v", err))
+	}
+	victim := ti.Worker
+	if p := procs[victim]; p != nil {
+		_ = p.Process.Signal(syscall.SIGKILL)
+		_ = p.Wait()
+		delete(procs, victim)
+	}
+	killed := time.Now()
+	say("kill -9   %s while it ran task %s (attempt %d); its entry waits for the visibility timeout (2s)", victim, long, ti.Attempt)
+
+	// Wait for everything to end.
+	deadline := time.Now().Add(60 * time.Second)
+	var final []*client.TaskInfo
+	for {
+		final = final[:0]
+		done := true
+		for _, r := range all {
+			ti, err := c.Get(ctx, r.queue, r.id)
+			if err != nil {
+				return fail("demo", err)
+			}
+			final = append(final, ti)
+			if ti.Status != "succeeded" && ti.Status != "dead" && ti.Status != "cancelled" {
+				done = false
+			}
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fail("demo", errors.New("tasks still unfinished after 60s"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	counts := map[string]int{}
+	retried, byWorker := 0, map[string]int{}
+	for _, t := range final {
+		counts[t.Status]++
+		if t.Failures > 0 {
+			retried++
+		}
+		byWorker[t.Worker]++
+	}
+	lt := final[0]
+	say("recovered task %s finished by %s at attempt %d, %s after the kill", long, lt.Worker, lt.Attempt,
+		(time.UnixMilli(lt.FinishedAt).Sub(killed)).Round(time.Millisecond))
+	say("")
+	say("summary")
+	say("  tasks       %d in %s", len(final), elapsed.Round(time.Millisecond))
+	say("  succeeded   %d", counts["succeeded"])
+	say("  dead        %d   (fail with times > max retries, kept with their last error)", counts["dead"])
+	say("  retried     %d   (tasks that failed at least once)", retried)
+	say("  lost        %d", len(all)-counts["succeeded"]-counts["dead"]-counts["cancelled"])
+	for _, id := range order {
+		note := ""
+		if id == victim {
+			note = "  (killed)"
+		}
+		say("  %-14s ran %d%s", id, byWorker[id], note)
+	}
+	if counts["succeeded"]+counts["dead"] != len(all) || lt.Status != "succeeded" || lt.Worker == victim {
+		return fail("demo", errors.New("the run did not end as expected"))
+	}
+	for _, q := range []string{"default", "emails"} {
+		qi, err := c.Queue(ctx, q)
+		if err == nil && (qi.Lag != 0 || qi.Pending != 0) {
+			return fail("demo", fmt.Errorf("queue %s still holds lag %d pending %d", q, qi.Lag, qi.Pending))
+		}
+	}
+
+	return exitOK
+}
+
+// cleanup deletes the demo's keys.
+func cleanup(rdb redis.UniversalClient, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 500 {
+			rdb.Unlink(ctx, batch...)
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		rdb.Unlink(ctx, batch...)
+	}
+}
+
+type localRedis struct {
+	cmd  *exec.Cmd
+	dir  string
+	addr string
+	url  string
+}
+
+// startRedis starts a redis-server from PATH on a free port.
+func startRedis() (*localRedis, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New("no DTQ_REDIS_URL and no redis-server on PATH: install it (apt-get install -y redis-server) or point DTQ_REDIS_URL at a Redis")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	dir, err := os.MkdirTemp("", "dtq-demo-")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	r := &localRedis{cmd: cmd, dir: dir, addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	r.url = "redis://" + r.addr
+	for i := 0; i < 200; i++ {
+		c, err := net.DialTimeout("tcp", r.addr, 100*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+			return r, nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.stop()
+	return nil, errors.New("redis-server did not start")
+}
+
+func (r *localRedis) stop() {
+	_ = r.cmd.Process.Kill()
+	_ = r.cmd.Wait()
+	_ = os.RemoveAll(r.dir)
+}
