@@ -1,0 +1,95 @@
+// Package runtime is the dtq worker: it runs registered functions on tasks read from
+// per-priority Redis Streams, with the behaviour of the seed design (four supervised
+// loops, observer-computed staleness, drain rules, a scheduler leader lock, three races
+// closed in Lua) and the data model of DESIGN.md.
+//
+// # Task states
+//
+//	            enqueue (run-at in the future)
+//	                  │
+//	                  ▼                       scheduler (leader): sched_claim.lua
+//	             scheduled ─────────────────► (claimed) ── sched_enqueue.lua: XADD, then ZREM ──┐
+//	                                                                                              │
+//	  enqueue ──────────────────────────────────────────────────────────────────────► queued ◄──┘
+//	                                                                                    │  ▲
+//	                               claim.lua (status queued, entry attempt ≥ task's)    │  │ retry due
+//	                                                                                    ▼  │
+//	  reclaim (XAUTOCLAIM after the visibility timeout, attempt+1) ───────────────► running
+//	                                                                                    │
+//	             complete.lua, fenced on (status running, attempt, entry) ┌─────────────┼──────────────┐
+//	                                                                      ▼             ▼              ▼
+//	                                                                 succeeded      retrying         dead
+//	                                                                                (schedule)   (dead zset,
+//	  cancel.lua: queued | scheduled | retrying ──► cancelled                                    last error)
+//
+// Every finished, absorbed or dead entry is XACKed and XDELed, so a band's XLEN is its
+// undelivered plus in-flight work.
+//
+// # The loops
+//
+// Each loop runs under supervise: an error or a panic is logged and the loop restarts
+// after 0.5–1.5 s; the worker never dies of a loop.
+//
+//   - poll (poll.go): capacity = concurrency − in flight; for each queue in order, claim.lua
+//     reads up to min(remaining, 32) new entries across bands p9 → p0 and starts them;
+//     paused queues are skipped. When nothing was collected it blocks (see below).
+//     Started tasks go to a fixed pool of DTQ_WORKER_CONCURRENCY executor goroutines:
+//     the seed's semaphore, without a goroutine per task.
+//   - reaper (loops.go): every max(0.5 s, visibility/2), jittered, claim.lua in reclaim mode
+//     XAUTOCLAIMs entries idle past the visibility timeout on every band, at most
+//     concurrency×2 per pass, and starts them as reclaimed executions.
+//   - scheduler (loops.go): every ~1 s, jittered, SET NX PX (lock TTL) with the worker id, or
+//     renew through lock_renew.lua (token checked); release through lock_release.lua at
+//     drain. The leader moves due delayed tasks and retries of every known queue (not only
+//     its own) onto their streams, and re-enqueues claims older than the lock TTL (a
+//     leader that died between its two steps left them).
+//   - heartbeat (loops.go): at once and every DTQ_HEARTBEAT_INTERVAL_S, jittered, the seed's
+//     hash fields (plus heartbeat_interval_ms and queues) with expiry 3× the interval, the id
+//     in dtq:workers, and touch.lua on every held entry. It keeps running during a drain so
+//     long tasks finishing within the drain are not reclaimed.
+//
+// # The three races
+//
+//  1. Two claimants, one queued task (duplicate entries, racing batches): claim.lua starts a
+//     task only when it is queued and the entry's attempt is not older than the task's; the
+//     task's attempt becomes entry attempt + 1. The loser absorbs its entry: XACK + XDEL,
+//     no run, TASK_DUPLICATE_ABSORBED.
+//  2. Two reclaimers, one running entry: XAUTOCLAIM and the attempt increment are one
+//     script, so exactly one reclaimer gets the new attempt; the entry must still be the
+//     task's current one (else it is absorbed).
+//  3. Two schedulers during a failover: sched_claim.lua moves due tasks schedule → claimed
+//     atomically, so one scheduler sees each; sched_enqueue.lua XADDs before it ZREMs the
+//     claim, and drops (without a second XADD) a claimed task that is already queued.
+//
+// # Where this runtime departs from the seed, and why
+//
+//   - Idle blocking: one XREADGROUP (COUNT 1) blocks on every band of every unpaused queue
+//     at once, instead of on the first queue's first band: a p0 arrival wakes the worker as
+//     fast as a p9 one. It runs on a dedicated connection whose CLIENT ID the drain uses to
+//     CLIENT UNBLOCK it, so an idle worker exits at once whatever DTQ_POLL_BLOCK_MS is (the
+//     block only bounds idle round trips). What the blocking read delivers is claimed in the
+//     same claim.lua call that tops the batch up. On Redis Cluster, whose queues live on
+//     different slots, the block covers the first unpaused queue's bands, at most 500 ms.
+//   - Reading and claiming are one script call per batch (XREADGROUP inside claim.lua), and
+//     outcomes are recorded in batches (complete.lua; one call holds whatever finished
+//     while the previous call ran). The task hash of an entry is named by the entry itself,
+//     so claim.lua derives it from a key prefix of the same slot passed in KEYS.
+//   - Fencing: complete.lua and touch.lua act only while the execution is the task's
+//     current one (status running, same attempt, same entry). A worker that went silent
+//     and lost its task cannot overwrite the newer attempt, ACK its entry, or — through
+//     its heartbeat's XCLAIM — take the entry back from the reclaimer (the seed's
+//     unconditional XCLAIM with idle 0 would).
+//   - A reclaim after a silent death counts as a failed attempt, so a task that kills its
+//     worker every time ends dead instead of looping; a hand-back at drain does not count.
+//   - Drain: at the deadline, running functions are cancelled and their entries handed
+//     back with touch.lua (XCLAIM … IDLE <visibility timeout>), still without ACK, so a
+//     peer's next reaper pass takes them at once instead of after a whole visibility
+//     timeout. Entries the blocking read delivered as the drain began are handed back the
+//     same way, unstarted. Completions that cannot reach Redis are retried with backoff.
+//   - Malformed entries (no task field, a bad attempt, a task that does not exist) become
+//     dead records "invalid-<entry id>" that keep the raw fields; payloads over
+//     DTQ_MAX_PAYLOAD_BYTES are killed at claim with a clear error.
+//   - Events are best-effort: a bounded buffer flushed in pipelines by one goroutine,
+//     XADD MAXLEN ~ DTQ_EVENTS_MAXLEN; per-task TASK_STARTED/TASK_SUCCEEDED only with
+//     DTQ_EVENTS_VERBOSE (they would double the writes per task).
+package runtime

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The project's test command.
+#   ./test.sh          gofmt, go vet and go test -race of the main module (installs
+#                      redis-server when missing)
+#   ./test.sh --all    also the suites CI runs: KEDA compatibility (nested module; a cold
+#                      build of KEDA takes ~15 min), deploy manifests, and the container
+#                      lifecycle tests when a Docker engine answers
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "test.sh: installing redis-server" >&2
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
+  else sudo apt-get update -qq && sudo apt-get install -y -qq redis-server >/dev/null; fi
+fi
+
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './vendor/*'))
+if [ -n "$unformatted" ]; then
+  echo "test.sh: gofmt would change:" $unformatted >&2
+  exit 1
+fi
+go vet ./...
+go test -race -count=1 ./...
+
+if [ "${1:-}" = "--all" ]; then
+  if [ -f scaler/kedacompat/go.mod ]; then
+    (cd scaler/kedacompat && go vet ./... && go test -race -count=1 ./...)
+  fi
+  if [ -f deploy/go.mod ]; then
+    (cd deploy && go vet ./... && go test -count=1 ./...)
+  fi
+  if [ -x deploy/test/run.sh ]; then
+    if docker info >/dev/null 2>&1; then
+      deploy/test/run.sh
+    else
+      echo "test.sh: no Docker engine answers; container lifecycle tests not run" >&2
+    fi
+  fi
+fi
+echo "test.sh: all green"
