@@ -5,22 +5,22 @@
 //
 // # Task states
 //
-//	            enqueue (run-at in the future)
-//	                  │
-//	                  ▼                       scheduler (leader): sched_claim.lua
-//	             scheduled ─────────────────► (claimed) ── sched_enqueue.lua: XADD, then ZREM ──┐
-//	                                                                                              │
-//	  enqueue ──────────────────────────────────────────────────────────────────────► queued ◄──┘
-//	                                                                                    │  ▲
-//	                               claim.lua (status queued, entry attempt ≥ task's)    │  │ retry due
-//	                                                                                    ▼  │
-//	  reclaim (XAUTOCLAIM after the visibility timeout, attempt+1) ───────────────► running
-//	                                                                                    │
-//	             complete.lua, fenced on (status running, attempt, entry) ┌─────────────┼──────────────┐
-//	                                                                      ▼             ▼              ▼
-//	                                                                 succeeded      retrying         dead
-//	                                                                                (schedule)   (dead zset,
-//	  cancel.lua: queued | scheduled | retrying ──► cancelled                                    last error)
+//	          enqueue (run-at in the future)
+//	                │
+//	                ▼                       scheduler (leader): sched_claim.lua
+//	           scheduled ─────────────────► (claimed) ── sched_enqueue.lua: XADD, then ZREM ──┐
+//	                                                                                            │
+//	enqueue ──────────────────────────────────────────────────────────────────────► queued ◄──┘
+//	                                                                                  │  ▲
+//	                             claim.lua (status queued, entry attempt ≥ task's)    │  │ retry due
+//	                                                                                  ▼  │
+//	reclaim (XAUTOCLAIM after the visibility timeout, attempt+1) ───────────────► running
+//	                                                                                  │
+//	           complete.lua, fenced on (status running, attempt, entry) ┌─────────────┼──────────────┐
+//	                                                                    ▼             ▼              ▼
+//	                                                               succeeded      retrying         dead
+//	                                                                              (schedule)   (dead zset,
+//	cancel.lua: queued | scheduled | retrying ──► cancelled                                    last error)
 //
 // Every finished, absorbed or dead entry is XACKed and XDELed, so a band's XLEN is its
 // undelivered plus in-flight work.
