@@ -7,8 +7,11 @@
 --     XAUTOCLAIM from a silent worker (a reclaim; the attempt is incremented, so the
 --     silent worker's execution is fenced off).
 -- Every other entry is absorbed: XACK + XDEL, nothing runs (TASK_DUPLICATE_ABSORBED).
--- An entry without a task field, with a bad attempt or naming no task hash is moved to a
--- dead record "invalid-<entry id>" that keeps its raw fields.
+-- An entry without a task field, with a bad attempt or naming no task hash (or a key that
+-- is not a hash) is moved to a dead record "invalid-<entry id>" that keeps its raw fields.
+-- A task record whose status or attempt is not one dtq writes cannot be run safely (it may
+-- or may not have run): the task is killed with an error quoting the bad value, the rest
+-- of its record kept, and reported among the invalid entries under its own id.
 --
 -- The task hash is named by the entry just read, so it cannot come in through KEYS; it
 -- is KEYS[12] .. task id, a key of the same slot (same {Q} hash tag) as every KEY here.
@@ -62,6 +65,30 @@ local function reject(stream, band, eid, fields, reason)
   invalid[#invalid + 1] = {eid, band, did, reason}
 end
 
+local statuses = {queued = true, running = true, scheduled = true, retrying = true,
+  succeeded = true, dead = true, cancelled = true}
+
+-- a count as dtq writes it: an integer small enough to come back from Lua unchanged
+-- (a number above 1e17 would be written back as "1e+17", which no fence matches)
+local function count(v)
+  local x = tonumber(v)
+  if not x or x < 0 or x ~= math.floor(x) or x > 1e9 then return nil end
+  return x
+end
+
+local function quote(s)
+  if #s > 64 then s = string.sub(s, 1, 64) .. "..." end
+  return string.format("%q", s)
+end
+
+local function corrupt(stream, band, eid, id, h, what)
+  local reason = "corrupt task record: " .. what
+  ack(stream, eid)
+  redis.call("HSET", h, "status", "dead", "error", reason, "finished_at", now)
+  redis.call("ZADD", deadkey, now, id)
+  invalid[#invalid + 1] = {eid, band, id, reason}
+end
+
 local function kill(stream, band, eid, id, h, reason)
   -- the task cannot run at all (its payload is over the limit): dead, kept for inspection
   ack(stream, eid)
@@ -82,21 +109,33 @@ local function take(band, eid, fields, reclaiming)
   if not id or id == "" then
     return reject(stream, band, eid, fields, "malformed entry: no task field")
   end
-  local an = tonumber(a)
-  if not an or an < 0 or an ~= math.floor(an) then
+  local an = count(a)
+  if not an then
     return reject(stream, band, eid, fields, "malformed entry: attempt " .. tostring(a) .. " is not a count")
   end
   if #id > 200 or string.find(id, "[{}]") then
     return reject(stream, band, eid, fields, "malformed entry: bad task id")
   end
   local h = prefix .. id
-  local t = redis.call("HMGET", h, "status", "attempt", "entry", "function", "payload",
+  local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry", "function", "payload",
     "timeout_ms", "max_retries", "failures", "unique", "created_at", "handback")
+  if not ok then
+    return reject(stream, band, eid, fields, "task record " .. id .. " is not a hash")
+  end
   local status = t[1]
   if not status then
     return reject(stream, band, eid, fields, "unknown task " .. id)
   end
-  local attempt = tonumber(t[2]) or 0
+  if not statuses[status] then
+    return corrupt(stream, band, eid, id, h, "status " .. quote(status) .. " is not a task status")
+  end
+  local attempt = 0
+  if t[2] then
+    attempt = count(t[2])
+    if not attempt then
+      return corrupt(stream, band, eid, id, h, "attempt " .. quote(t[2]) .. " is not a count")
+    end
+  end
   local failures = tonumber(t[8]) or 0
   local maxr = tonumber(t[7]) or 0
   local reclaimed = 0

@@ -24,8 +24,9 @@ for i = 0, n - 1 do
   local h, stream, ukey = KEYS[3 + 3 * i], KEYS[4 + 3 * i], KEYS[5 + 3 * i]
   local b = 5 + 6 * i
   local id, eid, attempt, outcome, text = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
-  local t = redis.call("HMGET", h, "status", "attempt", "entry")
-  if t[1] ~= "running" or t[2] ~= attempt or t[3] ~= eid then
+  -- pcall: a task key clobbered with another type is simply no longer this execution's
+  local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry")
+  if not ok or t[1] ~= "running" or t[2] ~= attempt or t[3] ~= eid then
     out[#out + 1] = 0
   else
     if outcome == "s" then

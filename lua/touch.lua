@@ -22,8 +22,9 @@ local out = {}
 for i = 0, n - 1 do
   local h, stream = KEYS[2 * i + 1], KEYS[2 * i + 2]
   local eid, attempt = ARGV[6 + 2 * i], ARGV[7 + 2 * i]
-  local t = redis.call("HMGET", h, "status", "attempt", "entry")
-  if t[1] == "running" and t[2] == attempt and t[3] == eid then
+  -- pcall: a task key clobbered with another type is simply no longer this execution's
+  local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry")
+  if ok and t[1] == "running" and t[2] == attempt and t[3] == eid then
     redis.call("XCLAIM", stream, group, consumer, 0, eid, "IDLE", idle, "JUSTID")
     if handback then redis.call("HSET", h, "handback", attempt) end
     out[#out + 1] = 1

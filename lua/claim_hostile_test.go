@@ -1,0 +1,282 @@
+package lua_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/lua"
+)
+
+// Hostile input at the scripts: stream entries and task records written by someone else.
+// Whatever is in Redis, a claim answers (no script error), accounts for every entry it
+// took exactly once (started, absorbed, or a dead record that keeps the raw data), and
+// leaves nothing pending that no worker runs.
+
+func (f *fixture) xadd(t *testing.T, band int, vals ...any) string {
+	t.Helper()
+	id, err := f.rdb.XAdd(f.ctx, &redis.XAddArgs{Stream: f.q.Stream(band), Values: vals}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func (f *fixture) claimErr(t *testing.T, a lua.ClaimArgs) (lua.ClaimResult, error) {
+	t.Helper()
+	if a.NowMS == 0 {
+		a.NowMS = f.now
+	}
+	if a.MaxPayload == 0 {
+		a.MaxPayload = 1 << 20
+	}
+	return lua.Claim(f.ctx, f.rdb, f.q, a)
+}
+
+// A task key that is not a hash (a string, a list) must not abort the claim: its
+// neighbours in the same batch start, and the entry becomes a dead record.
+func TestClaimTaskKeyOfWrongType(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "before", Priority: 2})
+	if err := f.rdb.Set(f.ctx, f.q.Task("str"), "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.RPush(f.ctx, f.q.Task("list"), "a").Err(); err != nil {
+		t.Fatal(err)
+	}
+	f.xadd(t, 2, "task", "str", "attempt", 0)
+	f.xadd(t, 2, "task", "list", "attempt", 0)
+	f.enqueue(t, lua.EnqueueArgs{ID: "after", Priority: 2})
+
+	r, err := f.claimErr(t, lua.ClaimArgs{Consumer: "w", Want: 10})
+	if err != nil {
+		t.Fatalf("claim failed on a task key of the wrong type: %v", err)
+	}
+	if len(r.Started) != 2 || r.Started[0].ID != "before" || r.Started[1].ID != "after" {
+		t.Fatalf("started = %+v, want before and after", r.Started)
+	}
+	if len(r.Invalid) != 2 {
+		t.Fatalf("invalid = %+v, want the two entries naming non-hash keys", r.Invalid)
+	}
+	for _, in := range r.Invalid {
+		if !strings.Contains(in.Reason, "not a hash") {
+			t.Errorf("reason %q does not say what is wrong", in.Reason)
+		}
+		if raw := f.field(t, in.DeadID, "raw"); !strings.Contains(raw, `"task":"`) {
+			t.Errorf("dead record %s raw = %q, want the entry's fields", in.DeadID, raw)
+		}
+	}
+	if p := f.pending(t, 2); p != 2 {
+		t.Fatalf("pending = %d, want 2 (only the started tasks)", p)
+	}
+	// The offending keys are left as they were.
+	if v := f.rdb.Get(f.ctx, f.q.Task("str")).Val(); v != "not a hash" {
+		t.Fatalf("string key changed to %q", v)
+	}
+	// The reaper path is not wedged either: idle everything and reclaim.
+	idleAll(t, f, 2, "w", 60_000)
+	r, err = f.claimErr(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 10, MinIdleMS: 30_000})
+	if err != nil || len(r.Started) != 2 {
+		t.Fatalf("reclaim = %+v, %v; want both tasks reclaimed", r, err)
+	}
+}
+
+// Attempts in entries that are not small counts are malformed entries, including ones
+// too big for the attempt to survive the trip through Lua numbers (1e17 would come back
+// as "1e+17", which no fence would ever match again).
+func TestClaimEntryAttemptOutOfRange(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "x"})
+	bad := []string{"100000000000000000", "1e20", "-1", "2.5", "inf", "nan", "", " ", "0x", "9007199254740993"}
+	for _, a := range bad {
+		f.xadd(t, 0, "task", "x", "attempt", a)
+	}
+	r, err := f.claimErr(t, lua.ClaimArgs{Consumer: "w", Want: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Started) != 1 || r.Started[0].Attempt != 1 {
+		t.Fatalf("started = %+v, want the task once at attempt 1 (from its own entry)", r.Started)
+	}
+	if len(r.Invalid) != len(bad) {
+		t.Fatalf("invalid = %d (%+v), want %d", len(r.Invalid), r.Invalid, len(bad))
+	}
+	if a := f.field(t, "x", "attempt"); a != "1" {
+		t.Fatalf("task attempt = %q, want 1", a)
+	}
+}
+
+// Corrupt control fields of a task record (status, attempt) cannot be guessed: the task
+// may or may not have run. The claim kills it with an error that quotes the bad value,
+// the rest of the record stays as it was, and the worker goes on. Descriptive fields
+// that do not parse read as their defaults and the task runs.
+func TestClaimCorruptTaskRecord(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	type tc struct {
+		id      string
+		fields  []any
+		started bool
+		errHas  string
+	}
+	cases := []tc{
+		{"status-garbage", []any{"status", "zzz"}, false, `status "zzz"`},
+		{"status-empty", []any{"status", ""}, false, `status ""`},
+		{"attempt-word", []any{"attempt", "abc"}, false, `attempt "abc"`},
+		{"attempt-fraction", []any{"attempt", "2.5"}, false, `attempt "2.5"`},
+		{"attempt-huge", []any{"attempt", "1e30"}, false, `attempt "1e30"`},
+		{"attempt-negative", []any{"attempt", "-3"}, false, `attempt "-3"`},
+		{"priority-99", []any{"priority", "99"}, true, ""},
+		{"priority-word", []any{"priority", "high"}, true, ""},
+		{"failures-word", []any{"failures", "many"}, true, ""},
+		{"max-retries-word", []any{"max_retries", "lots"}, true, ""},
+		{"timeout-word", []any{"timeout_ms", "soon"}, true, ""},
+		{"created-word", []any{"created_at", "yesterday"}, true, ""},
+		{"no-function", []any{"function", ""}, true, ""},
+	}
+	for _, c := range cases {
+		f.enqueue(t, lua.EnqueueArgs{ID: c.id, Payload: []byte("p-" + c.id)})
+		if err := f.rdb.HSet(f.ctx, f.q.Task(c.id), c.fields...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := f.claimErr(t, lua.ClaimArgs{Consumer: "w", Want: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := map[string]lua.Started{}
+	for _, s := range r.Started {
+		started[s.ID] = s
+	}
+	invalid := map[string]lua.Invalid{}
+	for _, in := range r.Invalid {
+		invalid[in.DeadID] = in
+	}
+	for _, c := range cases {
+		s, ok := started[c.id]
+		if ok != c.started {
+			t.Errorf("%s: started = %v, want %v", c.id, ok, c.started)
+			continue
+		}
+		if ok {
+			if s.Attempt != 1 || s.Payload != "p-"+c.id {
+				t.Errorf("%s: started %+v, want attempt 1 with its payload", c.id, s)
+			}
+			continue
+		}
+		in, ok := invalid[c.id]
+		if !ok {
+			t.Errorf("%s: neither started nor reported as a dead record: %+v", c.id, r)
+			continue
+		}
+		if !strings.Contains(in.Reason, c.errHas) || !strings.Contains(in.Reason, "corrupt task record") {
+			t.Errorf("%s: reason %q, want it to quote %s", c.id, in.Reason, c.errHas)
+		}
+		if st, e := f.field(t, c.id, "status"), f.field(t, c.id, "error"); st != "dead" || e != in.Reason {
+			t.Errorf("%s: status %q error %q, want dead with the reason", c.id, st, e)
+		}
+		if p := f.field(t, c.id, "payload"); p != "p-"+c.id {
+			t.Errorf("%s: payload %q, want the record kept", c.id, p)
+		}
+		if sc, err := f.rdb.ZScore(f.ctx, f.q.Dead(), c.id).Result(); err != nil || sc == 0 {
+			t.Errorf("%s: not in the dead set (%v)", c.id, err)
+		}
+	}
+	if p := f.pending(t, 0); p != int64(len(r.Started)) {
+		t.Fatalf("pending = %d, want %d (only started tasks)", p, len(r.Started))
+	}
+	if n := f.rdb.XLen(f.ctx, f.q.Stream(0)).Val(); n != int64(len(r.Started)) {
+		t.Fatalf("xlen = %d, want %d", n, len(r.Started))
+	}
+	// A corrupt record on the reclaim path is handled the same way.
+	f.rdb.HSet(f.ctx, f.q.Task("priority-99"), "status", "exploded")
+	idleAll(t, f, 0, "w", 60_000)
+	r, err = f.claimErr(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 100, MinIdleMS: 30_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Invalid) != 1 || r.Invalid[0].DeadID != "priority-99" {
+		t.Fatalf("reclaim of a corrupt record = %+v, want it dead", r)
+	}
+}
+
+// complete.lua and touch.lua meet a task key replaced by another type under a running
+// execution: they answer "not yours" instead of failing the whole call, so a worker's
+// completer and heartbeat are not wedged by one key.
+func TestCompleteAndTouchOnWrongTypeKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "ok"})
+	f.enqueue(t, lua.EnqueueArgs{ID: "gone"})
+	c := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 2}).Started
+	if len(c) != 2 {
+		t.Fatalf("started %d", len(c))
+	}
+	f.rdb.Del(f.ctx, f.q.Task("gone"))
+	f.rdb.Set(f.ctx, f.q.Task("gone"), "clobbered", 0)
+	var held []lua.Held
+	var done []lua.Completion
+	for _, s := range c {
+		held = append(held, lua.Held{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt})
+		done = append(done, lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded})
+	}
+	touched, err := lua.Touch(f.ctx, f.rdb, f.q, "w", 0, false, held)
+	if err != nil {
+		t.Fatalf("touch failed on a clobbered key: %v", err)
+	}
+	applied, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 0, done)
+	if err != nil {
+		t.Fatalf("complete failed on a clobbered key: %v", err)
+	}
+	want := map[string]bool{"ok": true, "gone": false}
+	for i, s := range c {
+		if touched[i] != want[s.ID] || applied[i] != want[s.ID] {
+			t.Errorf("%s: touched %v applied %v, want %v", s.ID, touched[i], applied[i], want[s.ID])
+		}
+	}
+	// The clobbered task's entry stays pending; a reclaim turns it into a dead record.
+	idleAll(t, f, 0, "w", 60_000)
+	r, err := f.claimErr(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 10, MinIdleMS: 30_000})
+	if err != nil || len(r.Invalid) != 1 || len(r.Started) != 0 {
+		t.Fatalf("reclaim = %+v, %v; want the clobbered entry dead", r, err)
+	}
+	if p := f.pending(t, 0); p != 0 {
+		t.Fatalf("pending = %d, want 0", p)
+	}
+}
+
+// Entries with huge fields, ids with braces, empty ids, no fields but junk: dead records
+// that keep what was written, the good task beside them runs.
+func TestClaimHostileEntryFields(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "good", Priority: 5}) // creates the stream's group
+	huge := strings.Repeat("h", 1<<20)
+	f.xadd(t, 5, "task", huge, "attempt", 0)
+	f.xadd(t, 5, "task", "a{b}c", "attempt", 0)
+	f.xadd(t, 5, "task", "", "attempt", 0)
+	f.xadd(t, 5, "attempt", 0)
+	f.xadd(t, 5, "task", "x", "task", "y")
+	f.xadd(t, 5, huge, huge)
+	r, err := f.claimErr(t, lua.ClaimArgs{Consumer: "w", Want: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Started) != 1 || r.Started[0].ID != "good" || len(r.Invalid) != 6 {
+		t.Fatalf("claim = started %+v invalid %d; want good started and 6 dead records", r.Started, len(r.Invalid))
+	}
+	raw := f.field(t, r.Invalid[0].DeadID, "raw")
+	if len(raw) < 1<<20 {
+		t.Fatalf("dead record of the huge entry keeps %d bytes, want the whole field", len(raw))
+	}
+	if n := f.rdb.XLen(f.ctx, f.q.Stream(5)).Val(); n != 1 {
+		t.Fatalf("xlen = %d, want 1", n)
+	}
+	if p, _ := f.rdb.XPending(f.ctx, f.q.Stream(5), keys.Group).Result(); p.Count != 1 {
+		t.Fatalf("pending = %d, want 1", p.Count)
+	}
+}
