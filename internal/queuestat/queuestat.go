@@ -85,6 +85,9 @@ type Stat struct {
 	// (zero time when there is none); read only with Spec.NextDue.
 	NextDue []time.Time
 	Dead    int64 // tasks that used up their retries
+	// Err is set when Redis refused to read this queue (a key of the wrong type): the
+	// other queues of the same read are still good.
+	Err error
 }
 
 // Backlog is the sum over bands of lag, plus pending when withPending.
@@ -132,7 +135,9 @@ type queueCmds struct {
 }
 
 // Read reads every spec in one pipelined round trip, judging due times at now. The
-// stats come back in the order of specs. ctx bounds the round trip.
+// stats come back in the order of specs. ctx bounds the round trip. A failure to reach
+// Redis fails the whole read; an error reply about one queue's keys sets that queue's
+// Stat.Err only.
 func Read(ctx context.Context, c Getter, ks keys.Space, specs []Spec, now time.Time) ([]Stat, error) {
 	if len(specs) == 0 {
 		return nil, nil
@@ -187,7 +192,11 @@ func Read(ctx context.Context, c Getter, ks keys.Space, specs []Spec, now time.T
 	for i, sp := range specs {
 		st, err := decode(sp, &cmds[i])
 		if err != nil {
-			return nil, fmt.Errorf("queuestat: queue %s: %w", sp.Queue, err)
+			err = fmt.Errorf("queuestat: queue %s: %w", sp.Queue, err)
+			if !isServerError(err) {
+				return nil, err
+			}
+			st = Stat{Queue: sp.Queue, Bands: sp.Bands & AllBands, Err: err}
 		}
 		out[i] = st
 	}

@@ -235,9 +235,13 @@ func TestWrongTypeIsAnError(t *testing.T) {
 	f := setup(t, 3)
 	q := f.ks.Queue("broken")
 	f.c.Set(context.Background(), q.Schedule(), "x", 0)
-	_, err := queuestat.Read(context.Background(), f.c, f.ks, []queuestat.Spec{{Queue: "broken", Bands: queuestat.AllBands}}, time.Now())
-	if err == nil || !queuestat.IsServerError(err) {
-		t.Fatalf("Read over a string schedule key: err = %v, want a server error", err)
+	f.add(t, f.ks.Queue("fine").Stream(1), 2)
+	st := read(t, f, []queuestat.Spec{{Queue: "broken", Bands: queuestat.AllBands}, {Queue: "fine", Bands: queuestat.AllBands}}, time.Now())
+	if err := st[0].Err; err == nil || !queuestat.IsServerError(err) {
+		t.Errorf("queue with a string schedule key: Err = %v, want a server error", err)
+	}
+	if st[1].Err != nil || st[1].Band[1].Lag != 2 {
+		t.Errorf("the other queue of the same read: %+v, want lag 2 on band 1 and no error", st[1])
 	}
 }
 

@@ -1,0 +1,52 @@
+package scaler
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sethvargo/go-envconfig"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := LoadConfig(context.Background(), envconfig.MapLookuper(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RedisURL != "redis://127.0.0.1:6379/0" || c.KeyPrefix != "dtq" || c.Port != 8080 || c.Addr != ":6000" ||
+		c.RedisTimeoutMS != 2000 || c.CacheTTLMS != 1000 || c.PushPollMS != 500 || c.PushMaxBlockMS != 5000 {
+		t.Errorf("defaults = %+v", c)
+	}
+	// Every variable has a default in EnvVars matching the tag.
+	for _, v := range EnvVars() {
+		if v.Help == "" {
+			t.Errorf("%s has no help", v.Name)
+		}
+	}
+}
+
+func TestConfigErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	for name, env := range map[string]map[string]string{
+		"PORT":                          {"PORT": "http"},
+		"DTQ_SCALER_REDIS_TIMEOUT_MS":   {"DTQ_SCALER_REDIS_TIMEOUT_MS": "0"},
+		"DTQ_SCALER_CACHE_TTL_MS":       {"DTQ_SCALER_CACHE_TTL_MS": "soon"},
+		"DTQ_SCALER_ADDR":               {"DTQ_SCALER_ADDR": "6000"},
+		"DTQ_SCALER_TLS_KEY_FILE":       {"DTQ_SCALER_TLS_CERT_FILE": "/etc/hosts"},
+		"DTQ_SCALER_TLS_CERT_FILE":      {"DTQ_SCALER_TLS_CERT_FILE": "/nonexistent", "DTQ_SCALER_TLS_KEY_FILE": "/etc/hosts"},
+		"DTQ_SCALER_TLS_CLIENT_CA_FILE": {"DTQ_SCALER_TLS_CLIENT_CA_FILE": "/etc/hosts"},
+		"DTQ_REDIS_URL":                 {"DTQ_REDIS_URL": "http://x"},
+		"DTQ_KEY_PREFIX":                {"DTQ_KEY_PREFIX": "a{b}"},
+		"DTQ_LOG_FORMAT":                {"DTQ_LOG_FORMAT": "xml"},
+		"DTQ_SCALER_PUSH_POLL_MS":       {"DTQ_SCALER_PUSH_POLL_MS": "-1"},
+		"DTQ_SCALER_SHUTDOWN_TIMEOUT_S": {"DTQ_SCALER_SHUTDOWN_TIMEOUT_S": "NaN"},
+	} {
+		_, err := LoadConfig(context.Background(), envconfig.MapLookuper(env))
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Var != name || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: err = %v, want one line naming %s", env, err, name)
+		}
+	}
+}

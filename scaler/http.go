@@ -1,0 +1,161 @@
+package scaler
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/internal/liveness"
+	"github.com/dtq/dtq/internal/queuestat"
+)
+
+func (s *Scaler) routes() http.Handler {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.GET("/healthz", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	})
+	e.GET("/readyz", func(c echo.Context) error {
+		select {
+		case <-s.stopping:
+			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "stopping"})
+		default:
+		}
+		if !s.ready.Load() {
+			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "redis unreachable"})
+		}
+		return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+	})
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError,
+		Timeout:       2*s.cfg.RedisTimeout() + time.Second,
+	})))
+	return e
+}
+
+var (
+	descLag = prometheus.NewDesc("dtq_queue_lag",
+		"Entries of a queue's priority band not yet delivered to a worker.", []string{"queue", "priority"}, nil)
+	descPending = prometheus.NewDesc("dtq_queue_pending",
+		"Entries of a queue's priority band delivered and not acknowledged (the PEL).", []string{"queue", "priority"}, nil)
+	descDue = prometheus.NewDesc("dtq_queue_scheduled_due",
+		"Scheduled tasks and retries of a queue that are due now, and scheduler claims in flight.", []string{"queue"}, nil)
+	descDead = prometheus.NewDesc("dtq_queue_dead",
+		"Tasks of a queue that used up their retries.", []string{"queue"}, nil)
+	descWorkers = prometheus.NewDesc("dtq_workers",
+		"Workers by liveness, computed from heartbeat age.", []string{"liveness"}, nil)
+	descUp = prometheus.NewDesc("dtq_scaler_redis_up",
+		"1 when this scrape read Redis, 0 when it failed.", nil, nil)
+)
+
+func (s *Scaler) registerMetrics() {
+	s.rpcs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "dtq_scaler_grpc_requests_total", Help: "gRPC requests served, by method and code.",
+	}, []string{"method", "code"})
+	reads := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "dtq_scaler_redis_read_seconds",
+		Help:    "Duration of the scaler's pipelined signal reads, by result.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	}, []string{"result"})
+	s.sig.observe = func(d time.Duration, err error) {
+		r := "ok"
+		if err != nil {
+			r = "error"
+		}
+		reads.WithLabelValues(r).Observe(d.Seconds())
+	}
+	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "dtq_scaler_push_streams", Help: "Open StreamIsActive streams.",
+	}, func() float64 { return float64(s.watch.count()) })
+	s.reg.MustRegister(s.rpcs, reads, streams, queueCollector{s},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+}
+
+// queueCollector reads the signal of every known queue (the queues set, and the queues
+// ScaledObjects watch) at scrape time, so a Prometheus-based autoscaler (KEDA's
+// prometheus trigger, Cloud Run, Knative) scales on the same numbers as the external
+// scaler.
+type queueCollector struct{ s *Scaler }
+
+func (queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descLag, descPending, descDue, descDead, descWorkers, descUp} {
+		ch <- d
+	}
+}
+
+func (qc queueCollector) Collect(ch chan<- prometheus.Metric) {
+	s := qc.s
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RedisTimeout())
+	defer cancel()
+	stats, workers, err := s.scrape(ctx)
+	up := 1.0
+	if err != nil {
+		up = 0
+		s.log.Warn("scaler: metrics scrape failed", "err", err)
+	}
+	ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up)
+	if err != nil {
+		return
+	}
+	for _, st := range stats {
+		if st.Err != nil {
+			s.log.Warn("scaler: queue unreadable", "queue", st.Queue, "err", st.Err)
+			continue
+		}
+		for p := 0; p < keys.Bands; p++ {
+			prio := strconv.Itoa(p)
+			ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(st.Band[p].Lag), st.Queue, prio)
+			ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(st.Band[p].Pending), st.Queue, prio)
+		}
+		ch <- prometheus.MustNewConstMetric(descDue, prometheus.GaugeValue, float64(st.DueNow), st.Queue)
+		ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(st.Dead), st.Queue)
+	}
+	counts := map[string]float64{liveness.Live: 0, liveness.Stale: 0, liveness.Gone: 0}
+	for _, w := range workers {
+		counts[w.Liveness]++
+	}
+	for l, n := range counts {
+		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, n, l)
+	}
+}
+
+// scrape reads every known queue and the workers: the queue set, then one pipelined
+// read of all queues, and the workers (two round trips).
+func (s *Scaler) scrape(ctx context.Context) ([]queuestat.Stat, []liveness.Worker, error) {
+	names, err := s.c.SMembers(ctx, s.ks.Queues()).Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	set := map[string]bool{}
+	for _, q := range names {
+		if keys.ValidQueue(q) == nil {
+			set[q] = true
+		}
+	}
+	for _, q := range s.sig.watched() {
+		set[q] = true
+	}
+	specs := make([]queuestat.Spec, 0, len(set))
+	for q := range set {
+		specs = append(specs, queuestat.Spec{Queue: q, Bands: queuestat.AllBands})
+	}
+	sort.Slice(specs, func(i, j int) bool { return specs[i].Queue < specs[j].Queue })
+	now := s.now()
+	stats, err := queuestat.Read(ctx, s.c, s.ks, specs, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	workers, err := liveness.List(ctx, s.c, s.ks, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	return stats, workers, nil
+}

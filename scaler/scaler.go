@@ -1,0 +1,273 @@
+package scaler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/dtq/dtq/internal/keys"
+)
+
+// ServiceName is the gRPC service KEDA calls; the health service reports it SERVING
+// while Redis answers.
+const ServiceName = "externalscaler.ExternalScaler"
+
+// Options are what New needs beyond the Config.
+type Options struct {
+	Logger *slog.Logger     // nil: discard
+	Now    func() time.Time // nil: time.Now
+}
+
+// Scaler is the KEDA external scaler: gRPC (externalscaler.ExternalScaler and the
+// health service) and HTTP (/metrics, /healthz, /readyz), both reading Redis.
+type Scaler struct {
+	cfg   Config
+	c     redis.UniversalClient
+	ks    keys.Space
+	log   *slog.Logger
+	now   func() time.Time
+	sig   *signal
+	watch *watcher
+
+	grpc   *grpc.Server
+	health *health.Server
+	http   *http.Server
+	reg    *prometheus.Registry
+	rpcs   *prometheus.CounterVec
+
+	ready    atomic.Bool
+	stopping chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+
+	mu       sync.Mutex
+	grpcAddr net.Addr
+	httpAddr net.Addr
+}
+
+// New builds a scaler over client c. It does not listen yet (Start or Serve does) and
+// does not close c.
+func New(cfg Config, c redis.UniversalClient, o Options) (*Scaler, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	s := &Scaler{cfg: cfg, c: c, ks: keys.New(cfg.KeyPrefix), log: o.Logger, now: o.Now,
+		stopping: make(chan struct{})}
+	s.sig = newSignal(c, s.ks, s.now, cfg.RedisTimeout())
+	s.watch = newWatcher(c, s.ks, s.now, s.log)
+	s.watch.timeout = cfg.RedisTimeout()
+	s.watch.poll = cfg.PushPoll()
+	s.watch.maxBlock = cfg.PushMaxBlock()
+
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(s.recoverUnary),
+		grpc.ChainStreamInterceptor(s.recoverStream),
+		// KEDA keeps one connection per scaler address; probe it so a client that
+		// vanished without closing (a killed operator pod) frees its streams.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	}
+	if cfg.TLSCertFile != "" {
+		tc, err := serverTLS(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	s.grpc = grpc.NewServer(opts...)
+	pb.RegisterExternalScalerServer(s.grpc, &service{s: s})
+	s.health = health.NewServer()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+
+	s.reg = prometheus.NewRegistry()
+	s.registerMetrics()
+	s.http = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	return s, nil
+}
+
+// GRPCServer is the gRPC server, for registering more services before Start.
+func (s *Scaler) GRPCServer() *grpc.Server { return s.grpc }
+
+// Start listens on the configured gRPC address and HTTP port and serves; it returns at
+// once.
+func (s *Scaler) Start(ctx context.Context) error {
+	var lc net.ListenConfig
+	gl, err := lc.Listen(ctx, "tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("scaler: gRPC listen on %s: %w", s.cfg.Addr, err)
+	}
+	hl, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(s.cfg.Port))
+	if err != nil {
+		_ = gl.Close()
+		return fmt.Errorf("scaler: HTTP listen on port %d: %w", s.cfg.Port, err)
+	}
+	s.Serve(gl, hl)
+	return nil
+}
+
+// Serve serves gRPC on gl and HTTP on hl (nil: no HTTP); it returns at once.
+func (s *Scaler) Serve(gl, hl net.Listener) {
+	s.mu.Lock()
+	s.grpcAddr = gl.Addr()
+	if hl != nil {
+		s.httpAddr = hl.Addr()
+	}
+	s.mu.Unlock()
+	s.watch.start()
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpc.Serve(gl); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.log.Error("scaler: gRPC server failed", "err", err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.probe()
+	}()
+	if hl != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.http.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("scaler: HTTP server failed", "err", err)
+			}
+		}()
+	}
+	s.log.Info("scaler: serving", "grpc", gl.Addr().String(), "http", addrString(hl), "tls", s.cfg.TLSCertFile != "", "mtls", s.cfg.TLSClientCAFile != "")
+}
+
+func addrString(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
+}
+
+// GRPCAddr and HTTPAddr are the addresses served (after Start or Serve).
+func (s *Scaler) GRPCAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grpcAddr == nil {
+		return ""
+	}
+	return s.grpcAddr.String()
+}
+
+func (s *Scaler) HTTPAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.httpAddr == nil {
+		return ""
+	}
+	return s.httpAddr.String()
+}
+
+// Stop ends open streams cleanly (a nil return, so KEDA reconnects after 2 s rather than
+// backing off), waits up to the shutdown timeout for requests in flight, and stops
+// everything it started. Safe twice.
+func (s *Scaler) Stop() {
+	s.stopOnce.Do(func() {
+		s.ready.Store(false)
+		close(s.stopping)
+		s.health.Shutdown()
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout())
+		defer cancel()
+		done := make(chan struct{})
+		go func() {
+			s.grpc.GracefulStop()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.grpc.Stop()
+			<-done
+		}
+		_ = s.http.Shutdown(ctx)
+		s.watch.stop()
+		s.sig.stop()
+	})
+	s.wg.Wait()
+}
+
+// value reads one metric of m, from a read at most the cache TTL old, waiting at most
+// two read timeouts (one read may be ahead of it).
+func (s *Scaler) value(ctx context.Context, m Metadata, mt Metric) (int64, error) {
+	wants := make([]want, len(m.Queues))
+	for i, q := range m.Queues {
+		wants[i] = want{queue: q, bands: m.Priorities, lead: m.ScheduledLead}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*s.cfg.RedisTimeout())
+	defer cancel()
+	v, err := s.sig.get(ctx, wants, s.cfg.CacheTTL())
+	if err != nil {
+		return 0, err
+	}
+	return m.Value(mt, v.stats, v.due), nil
+}
+
+// probe pings Redis every couple of seconds (jittered) and keeps readiness and the
+// health status of ServiceName in step, until Stop.
+func (s *Scaler) probe() {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopping:
+			return
+		case <-t.C:
+		}
+		s.probeOnce(context.Background())
+		t.Reset(1500*time.Millisecond + rand.N(time.Second))
+	}
+}
+
+func (s *Scaler) probeOnce(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout())
+	err := s.c.Ping(ctx).Err()
+	cancel()
+	select {
+	case <-s.stopping:
+		return
+	default:
+	}
+	was := s.ready.Swap(err == nil)
+	st := healthpb.HealthCheckResponse_SERVING
+	if err != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+		if was {
+			s.log.Warn("scaler: redis unreachable; not ready", "err", err)
+		}
+	} else if !was {
+		s.log.Info("scaler: redis reachable; ready")
+	}
+	s.health.SetServingStatus(ServiceName, st)
+}
+
+func (s *Scaler) observeRPC(method string, err error) {
+	s.rpcs.WithLabelValues(method, status.Code(err).String()).Inc()
+}
