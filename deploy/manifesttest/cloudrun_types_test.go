@@ -1,0 +1,3 @@
+package manifesttest
+
+var cloudRunTypes = map[string]func() any{}
