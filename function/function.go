@@ -8,6 +8,7 @@
 //	fail   {"times": N}: fails the first N attempts, then succeeds
 //	echo   returns its payload as the result
 //	burn   {"ms": N}: burns CPU for N ms (checks cancellation every ms)
+//	stamp  returns the Unix time in nanoseconds at which it started (latency benchmarks)
 package function
 
 import (
@@ -15,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/dtq/dtq/runtime"
@@ -27,6 +29,7 @@ func Register(r *runtime.Registry) {
 	r.Register("fail", Fail, runtime.FuncOptions{MaxRetries: -1})
 	r.Register("echo", Echo, runtime.FuncOptions{MaxRetries: -1})
 	r.Register("burn", Burn, runtime.FuncOptions{MaxRetries: -1})
+	r.Register("stamp", Stamp, runtime.FuncOptions{MaxRetries: -1})
 }
 
 // Registry returns a registry holding every function of this image.
@@ -112,4 +115,9 @@ func Burn(ctx context.Context, t *runtime.Task) ([]byte, error) {
 		}
 	}
 	return []byte(fmt.Sprint(x % 1000)), nil
+}
+
+// Stamp returns the Unix time in nanoseconds at which it started.
+func Stamp(context.Context, *runtime.Task) ([]byte, error) {
+	return strconv.AppendInt(nil, time.Now().UnixNano(), 10), nil
 }

@@ -37,7 +37,8 @@
 --   absorbed: list of {entry, band, id, status}  (status "dead" when the script killed the task)
 --   invalid:  list of {entry, band, dead id, reason}
 --   paused:   1 when the queue is paused (no new entries were read)
-local group, consumer, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- now stays a string: a Lua number passed to redis.call is formatted with snprintf.
+local group, consumer, now = ARGV[1], ARGV[2], ARGV[3]
 local mode, want, maxpayload = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local minidle, queue = tonumber(ARGV[7]), ARGV[8]
 local prefix, deadkey = KEYS[12], KEYS[13]
@@ -117,8 +118,9 @@ local function take(band, eid, fields, reclaiming)
     return reject(stream, band, eid, fields, "malformed entry: bad task id")
   end
   local h = prefix .. id
-  local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry", "function", "payload",
-    "timeout_ms", "max_retries", "failures", "unique", "created_at", "handback")
+  -- in the order enqueue.lua writes them: listpack lookups scan from the front
+  local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry", "handback", "function",
+    "payload", "timeout_ms", "max_retries", "failures", "unique", "created_at")
   if not ok then
     return reject(stream, band, eid, fields, "task record " .. id .. " is not a hash")
   end
@@ -136,8 +138,8 @@ local function take(band, eid, fields, reclaiming)
       return corrupt(stream, band, eid, id, h, "attempt " .. quote(t[2]) .. " is not a count")
     end
   end
-  local failures = tonumber(t[8]) or 0
-  local maxr = tonumber(t[7]) or 0
+  local failures = tonumber(t[9]) or 0
+  local maxr = tonumber(t[8]) or 0
   local reclaimed = 0
   if status == "queued" and an >= attempt then
     attempt = an + 1
@@ -145,7 +147,7 @@ local function take(band, eid, fields, reclaiming)
     -- The worker running this entry went silent past the visibility timeout. A hand-back
     -- at drain (handback == attempt) is not the task's fault; a silent death counts as a
     -- failure (the caller kills the task instead of running it when none are left).
-    if t[11] ~= tostring(attempt) then
+    if t[4] ~= tostring(attempt) then
       failures = failures + 1
       redis.call("HSET", h, "failures", failures)
     end
@@ -157,15 +159,15 @@ local function take(band, eid, fields, reclaiming)
     absorbed[#absorbed + 1] = {eid, band, id, status}
     return
   end
-  local payload = t[5] or ""
+  local payload = t[6] or ""
   if #payload > maxpayload then
     redis.call("HSET", h, "attempt", attempt, "worker", consumer, "entry", eid)
     return kill(stream, band, eid, id, h, "payload is " .. #payload .. " bytes, over the limit of " .. maxpayload)
   end
   redis.call("HSET", h, "status", "running", "attempt", attempt, "worker", consumer,
-    "started_at", now, "entry", eid, "band", band)
-  started[#started + 1] = {eid, band, id, attempt, t[4] or "", payload, t[6] or "0",
-    t[7] or "0", failures, t[9] or "", t[10] or "0", reclaimed}
+    "started_at", now, "entry", eid)
+  started[#started + 1] = {eid, band, id, attempt, t[5] or "", payload, t[7] or "0",
+    t[8] or "0", failures, t[10] or "", t[11] or "0", reclaimed}
 end
 
 -- entries a blocking XREADGROUP already delivered to this consumer
@@ -185,8 +187,14 @@ if mode == "read" then
   else
     local band = 9
     while band >= 0 and want > 0 do
-      local ok, r = pcall(redis.call, "XREADGROUP", "GROUP", group, consumer,
-        "COUNT", want, "STREAMS", KEYS[band + 1], ">")
+      -- XLEN is far cheaper than an XREADGROUP that finds nothing: skip empty bands
+      local ok, r = true, false
+      if redis.call("XLEN", KEYS[band + 1]) > 0 then
+        ok, r = pcall(redis.call, "XREADGROUP", "GROUP", group, consumer,
+          "COUNT", want, "STREAMS", KEYS[band + 1], ">")
+      elseif redis.call("EXISTS", KEYS[band + 1]) == 0 then
+        ok = false -- no stream yet: create it with its group below
+      end
       if not ok then
         -- no group yet (stream never enqueued to, or deleted): create it, nothing to read
         redis.call("XGROUP", "CREATE", KEYS[band + 1], group, "0", "MKSTREAM")

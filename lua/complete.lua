@@ -16,10 +16,31 @@
 -- ARGV[5+6i .. 10+6i] for item i: task id, entry id, attempt,
 --          outcome ("s" succeeded, "r" retry, "d" dead), result or error text, retry at ms
 --
+-- Finished entries are XACKed and removed from the stream (XDEL, or XTRIM MINID below the
+-- oldest pending entry), so a band's XLEN stays its undelivered plus in-flight work.
+--
 -- returns a list of n integers: 1 applied, 0 fenced off
-local group, now, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+-- idless reports whether stream id a sorts before b.
+local function idless(a, b)
+  local am, as = string.match(a, "^(%d+)-(%d+)$")
+  local bm, bs = string.match(b, "^(%d+)-(%d+)$")
+  am, bm = tonumber(am), tonumber(bm)
+  if am ~= bm then return am < bm end
+  return tonumber(as) < tonumber(bs)
+end
+
+-- nextid is the smallest stream id after id.
+local function nextid(id)
+  local ms, seq = string.match(id, "^(%d+)-(%d+)$")
+  return ms .. "-" .. string.format("%d", tonumber(seq) + 1)
+end
+
+-- now and keep stay strings: a Lua number passed to redis.call is formatted with snprintf.
+local group, now, keep = ARGV[1], ARGV[2], ARGV[3]
 local n = tonumber(ARGV[4])
 local out = {}
+-- entries to XACK and XDEL, per stream: one call per stream, not one per entry
+local done, streams = {}, {}
 for i = 0, n - 1 do
   local h, stream, ukey = KEYS[3 + 3 * i], KEYS[4 + 3 * i], KEYS[5 + 3 * i]
   local b = 5 + 6 * i
@@ -31,12 +52,12 @@ for i = 0, n - 1 do
   else
     if outcome == "s" then
       redis.call("HSET", h, "status", "succeeded", "result", text, "finished_at", now)
-      if keep > 0 then
+      if keep ~= "0" then
         redis.call("PEXPIRE", h, keep)
         if ukey ~= h then redis.call("PEXPIRE", ukey, keep) end
       end
     elseif outcome == "r" then
-      local at = tonumber(ARGV[b + 5])
+      local at = ARGV[b + 5]
       redis.call("HINCRBY", h, "failures", 1)
       redis.call("HSET", h, "status", "retrying", "error", text, "run_at", at)
       redis.call("ZADD", KEYS[1], at, id)
@@ -45,9 +66,32 @@ for i = 0, n - 1 do
       redis.call("HSET", h, "status", "dead", "error", text, "finished_at", now)
       redis.call("ZADD", KEYS[2], now, id)
     end
-    redis.call("XACK", stream, group, eid)
-    redis.call("XDEL", stream, eid)
+    local list = done[stream]
+    if not list then
+      list = {}
+      done[stream] = list
+      streams[#streams + 1] = stream
+    end
+    list[#list + 1] = eid
     out[#out + 1] = 1
   end
+end
+for _, stream in ipairs(streams) do
+  local ids = done[stream]
+  redis.call("XACK", stream, group, unpack(ids))
+  -- A group delivers in id order, so every entry older than the oldest pending one was
+  -- delivered and is finished: XTRIM MINID drops those node by node, far cheaper than
+  -- seeking each one for XDEL. Finished entries at or after the oldest pending one are
+  -- XDELed. (With nothing pending, everything up to this batch's newest entry is done.)
+  local oldest = redis.call("XPENDING", stream, group, "-", "+", 1)
+  local floor = nil
+  if #oldest > 0 then floor = oldest[1][1] end
+  local del, newest = {}, ids[1]
+  for _, eid in ipairs(ids) do
+    if floor and not idless(eid, floor) then del[#del + 1] = eid end
+    if idless(newest, eid) then newest = eid end
+  end
+  if #del > 0 then redis.call("XDEL", stream, unpack(del)) end
+  redis.call("XTRIM", stream, "MINID", floor or nextid(newest))
 end
 return out

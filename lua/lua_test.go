@@ -2,6 +2,7 @@ package lua_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -516,5 +517,45 @@ func TestLock(t *testing.T) {
 	}
 	if ok, _ := lua.LockRelease(f.ctx, f.rdb, lock, "a"); !ok {
 		t.Fatal("a could not release")
+	}
+}
+
+// Completions in any order keep XLEN equal to undelivered + pending, and never remove a
+// pending or undelivered entry (XTRIM MINID below the oldest pending one, XDEL above it).
+func TestCompleteKeepsXLenExact(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for i := 0; i < 8; i++ {
+		f.enqueue(t, lua.EnqueueArgs{ID: fmt.Sprintf("t%d", i)})
+	}
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 6}) // t0..t5 delivered, t6 t7 not
+	if len(r.Started) != 6 {
+		t.Fatalf("started %d", len(r.Started))
+	}
+	done := map[int]bool{}
+	for _, step := range [][]int{{3, 5}, {0}, {1, 4}, {2}} {
+		var items []lua.Completion
+		for _, i := range step {
+			s := r.Started[i]
+			items = append(items, lua.Completion{ID: s.ID, Entry: s.Entry, Band: 0, Attempt: s.Attempt, Outcome: lua.Succeeded})
+			done[i] = true
+		}
+		if _, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 0, items); err != nil {
+			t.Fatal(err)
+		}
+		want := int64(8 - len(done))
+		if n := f.rdb.XLen(f.ctx, f.q.Stream(0)).Val(); n != want {
+			t.Fatalf("after completing %v: xlen %d, want %d", step, n, want)
+		}
+		for i, s := range r.Started {
+			got := f.rdb.XRange(f.ctx, f.q.Stream(0), s.Entry, s.Entry).Val()
+			if !done[i] && len(got) != 1 {
+				t.Fatalf("pending entry of task %d removed", i)
+			}
+		}
+	}
+	// The undelivered entries are still there to be read.
+	if r2 := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 10}); len(r2.Started) != 2 {
+		t.Fatalf("undelivered entries lost: started %d of 2", len(r2.Started))
 	}
 }

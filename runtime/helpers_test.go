@@ -238,3 +238,33 @@ func (b *blocking) waitStart(t *testing.T) string {
 		return ""
 	}
 }
+
+// setupB is setup for benchmarks.
+func setupB(b *testing.B) *env {
+	b.Helper()
+	srv := redistest.Shared(b)
+	rdb := srv.Client(b)
+	prefix := redistest.Prefix(b)
+	return &env{srv: srv, rdb: rdb, prefix: prefix, c: client.New(rdb, client.Options{Prefix: prefix}), ctx: context.Background()}
+}
+
+func startWorkerB(b *testing.B, e *env, rec *recorder) *running {
+	m := map[string]string{
+		"DTQ_REDIS_URL": e.srv.URL(), "DTQ_KEY_PREFIX": e.prefix, "DTQ_WORKER_CONCURRENCY": "64",
+		"DTQ_LOG_LEVEL": "error",
+	}
+	cfg, err := runtime.LoadConfig(context.Background(), envconfig.MapLookuper(m))
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := runtime.New(runtime.Options{Config: cfg, Redis: e.rdb, Registry: function.Registry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	return &running{w: w, done: done, stop: func() { cancel(); <-done }}
+}
+
+func waitTick() { time.Sleep(time.Millisecond) }

@@ -34,6 +34,7 @@ type metrics struct {
 	redisErrors   *prometheus.CounterVec
 	eventsDropped prometheus.Counter
 	scheduled     prometheus.Counter
+	roundTrips    prometheus.Counter
 
 	mu     sync.Mutex
 	byFunc map[string]*funcMetrics // cached label children: no per-task label hashing
@@ -75,10 +76,12 @@ func newMetrics(workerID string) *metrics {
 			Help: "Lifecycle events dropped because the publish buffer was full."}),
 		scheduled: prometheus.NewCounter(prometheus.CounterOpts{Name: "dtq_worker_scheduler_enqueued_total", ConstLabels: l,
 			Help: "Delayed tasks and retries this worker's scheduler put on their streams."}),
+		roundTrips: prometheus.NewCounter(prometheus.CounterOpts{Name: "dtq_worker_redis_roundtrips_total", ConstLabels: l,
+			Help: "Commands and pipelines sent to Redis (network round trips)."}),
 		byFunc: map[string]*funcMetrics{},
 	}
 	reg.MustRegister(m.inflight, m.concurrency, m.leader, m.draining, m.tasks, m.duration, m.pickup,
-		m.loopRestarts, m.redisErrors, m.eventsDropped, m.scheduled,
+		m.loopRestarts, m.redisErrors, m.eventsDropped, m.scheduled, m.roundTrips,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -131,6 +131,7 @@ func New(o Options) (*Worker, error) {
 		w.byName[q] = kq
 	}
 	w.metrics = newMetrics(w.id)
+	w.rdb.AddHook(roundTrips{w.metrics.roundTrips})
 	w.metrics.concurrency.Set(float64(cfg.Concurrency))
 	w.events = newEvents(w.rdb, w.ks.Events(), cfg.EventsMaxLen, w.log, o.Observe, w.metrics.eventsDropped.Inc)
 	w.fetchCtx, w.stopFetch = context.WithCancel(context.Background())

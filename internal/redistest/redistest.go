@@ -167,10 +167,18 @@ var (
 )
 
 // Shared returns the server shared by all tests of this test binary, started on first
-// use and stopped by Main. Tests isolate themselves with Prefix.
+// use and stopped by Main. Tests isolate themselves with Prefix. DTQ_TEST_REDIS_ADDR
+// (host:port) points the shared server at one already running instead (for profiling
+// Redis itself, e.g. under valgrind); it is never stopped.
 func Shared(t testing.TB) *Server {
 	t.Helper()
 	sharedOnce.Do(func() {
+		if addr := os.Getenv("DTQ_TEST_REDIS_ADDR"); addr != "" {
+			_, p, err := net.SplitHostPort(addr)
+			port, _ := strconv.Atoi(p)
+			shared, sharedErr = &Server{Port: port}, err
+			return
+		}
 		sharedDir, sharedErr = os.MkdirTemp("", "redistest-")
 		if sharedErr == nil {
 			shared, sharedErr = start(sharedDir, Options{})
@@ -185,7 +193,7 @@ func Shared(t testing.TB) *Server {
 // Main runs the tests, stops the shared server and fails on leaked goroutines.
 func Main(m *testing.M) {
 	code := m.Run()
-	if shared != nil {
+	if shared != nil && shared.cmd != nil {
 		shared.Stop()
 	}
 	if sharedDir != "" {
