@@ -6,7 +6,8 @@
 --   * the task is running from this very entry and the entry was just taken over by
 --     XAUTOCLAIM from a silent worker (a reclaim; the attempt is incremented, so the
 --     silent worker's execution is fenced off).
--- Every other entry is absorbed: XACK + XDEL, nothing runs (TASK_DUPLICATE_ABSORBED).
+-- Every other entry is absorbed: XACK + XDEL, nothing runs (TASK_DUPLICATE_ABSORBED),
+-- except the entry a task is running from, which stays pending for its owner or a reaper.
 -- An entry without a task field, with a bad attempt or naming no task hash (or a key that
 -- is not a hash) is moved to a dead record "invalid-<entry id>" that keeps its raw fields.
 -- A task record whose status or attempt is not one dtq writes cannot be run safely (it may
@@ -154,6 +155,12 @@ local function take(band, eid, fields, reclaiming)
     attempt = attempt + 1
     reclaimed = 1
     redis.call("HINCRBY", h, "reclaims", 1)
+  elseif status == "running" and t[3] == eid then
+    -- The running attempt's own entry, not handed over by XAUTOCLAIM: the same delivery
+    -- is being taken a second time (a client retried a claim whose reply was lost).
+    -- Acking it would strip the running attempt of its entry, and nobody could ever
+    -- reclaim the task: leave it pending for its owner, or for the reaper.
+    return
   else
     ack(stream, eid)
     absorbed[#absorbed + 1] = {eid, band, id, status}

@@ -280,3 +280,36 @@ func TestClaimHostileEntryFields(t *testing.T) {
 		t.Fatalf("pending = %d, want 1", p.Count)
 	}
 }
+
+// A claim whose reply was lost is retried by the client (go-redis retries a command on a
+// dropped connection): the second run sees the same delivered entries, now the running
+// attempt's own. It must leave them pending, not absorb them: an ACKed entry of a running
+// task can never be reclaimed, and the task would stay "running" forever.
+func TestClaimRetriedWithSameDeliveryKeepsEntry(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "r", Priority: 6})
+	xs, err := f.rdb.XReadGroup(f.ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w", Streams: []string{f.q.Stream(6), ">"}, Count: 1}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := []lua.Delivered{{Band: 6, Entry: xs[0].Messages[0].ID}}
+	first := f.claim(t, lua.ClaimArgs{Consumer: "w", Delivered: d})
+	if len(first.Started) != 1 {
+		t.Fatalf("first claim = %+v", first)
+	}
+	// The reply is lost; the same call runs again.
+	again := f.claim(t, lua.ClaimArgs{Consumer: "w", Delivered: d})
+	if len(again.Started) != 0 || len(again.Absorbed) != 0 || len(again.Invalid) != 0 {
+		t.Fatalf("retried claim = %+v, want the entry left alone", again)
+	}
+	if p := f.pending(t, 6); p != 1 {
+		t.Fatalf("pending = %d, want 1: the running attempt keeps its entry", p)
+	}
+	// Nobody runs attempt 1 (the worker never heard of it): a reaper takes it over.
+	idleAll(t, f, 6, "w", 60_000)
+	r := f.claim(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 10, MinIdleMS: 30_000})
+	if len(r.Started) != 1 || r.Started[0].Attempt != 2 {
+		t.Fatalf("reclaim = %+v, want attempt 2", r)
+	}
+}
