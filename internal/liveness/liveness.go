@@ -31,6 +31,7 @@ const (
 	FieldQueues        = "queues"
 	StaleFactor        = 3
 	DefaultIntervalMS  = 5000
+	maxIntervalMS      = 366 * 24 * 3600 * 1000
 )
 
 // Self-reported statuses.
@@ -94,6 +95,9 @@ func Judge(status string, last time.Time, intervalMS int64, now time.Time) strin
 	if intervalMS <= 0 {
 		intervalMS = DefaultIntervalMS
 	}
+	// A heartbeat hash is anyone's to write: cap the interval (a year) so that 3× it in
+	// nanoseconds cannot overflow and wrap to a small or negative duration.
+	intervalMS = min(intervalMS, maxIntervalMS)
 	if last.IsZero() || now.Sub(last) > time.Duration(StaleFactor*intervalMS)*time.Millisecond {
 		return Stale
 	}
@@ -131,7 +135,10 @@ func List(ctx context.Context, c redis.UniversalClient, ks keys.Space, now time.
 }
 
 func atoi(s string) int64 {
-	n, _ := strconv.ParseInt(s, 10, 64)
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0 // out of range too: ParseInt would return the closest bound
+	}
 	return n
 }
 
