@@ -42,7 +42,7 @@ func testConfig(prefix string) Config {
 
 // setup starts a scaler over srv (the shared server when nil) on loopback listeners
 // and a gRPC client of it; both stop when t ends.
-func setup(t *testing.T, srv *redistest.Server, tweak func(*Config)) *fixture {
+func setup(t testing.TB, srv *redistest.Server, tweak func(*Config)) *fixture {
 	t.Helper()
 	if srv == nil {
 		srv = redistest.Shared(t)
@@ -92,12 +92,12 @@ func ctxT(t *testing.T) context.Context {
 
 // seed writes Redis state as workers and producers leave it.
 type seed struct {
-	t  *testing.T
+	t  testing.TB
 	c  *redis.Client
 	ks keys.Space
 }
 
-func (f *fixture) seed(t *testing.T) seed { return seed{t, f.c, f.ks} }
+func (f *fixture) seed(t testing.TB) seed { return seed{t, f.c, f.ks} }
 
 func (s seed) add(queue string, band, n int) []string {
 	s.t.Helper()

@@ -43,10 +43,11 @@ type watcher struct {
 	maxBlock time.Duration
 	minGap   time.Duration
 
-	// afterPass and afterUnsubscribe, when set, run after every pass (with its error)
-	// and every unsubscribe: tests wait on them.
+	// afterPass, afterUnsubscribe and beforeBlock, when set, run after every pass (with
+	// its error), every unsubscribe and before every blocking read: tests wait on them.
 	afterPass        atomic.Pointer[func(error)]
 	afterUnsubscribe atomic.Pointer[func()]
+	beforeBlock      atomic.Pointer[func()]
 
 	mu   sync.Mutex
 	subs map[*subscription]struct{}
@@ -192,6 +193,7 @@ func (w *watcher) run() {
 	}()
 	client, single := w.c.(*redis.Client)
 	var lastRead time.Time
+	var byEntry, prevByEntry bool // this pass and the last one were woken by a new entry
 	failures := 0
 	for {
 		select {
@@ -208,11 +210,14 @@ func (w *watcher) run() {
 			}
 			continue
 		}
-		if gap := w.minGap - w.now().Sub(lastRead); !lastRead.IsZero() && gap > 0 {
+		// A first new entry is read at once; a run of them (a busy queue below the
+		// activation threshold) is read at most every minGap.
+		if gap := w.minGap - w.now().Sub(lastRead); byEntry && prevByEntry && gap > 0 {
 			if !w.wait(gap, false) {
 				return
 			}
 		}
+		prevByEntry, byEntry = byEntry, false
 		select { // this pass covers every subscription made so far
 		case <-w.kick:
 		default:
@@ -242,7 +247,10 @@ func (w *watcher) run() {
 			w.log.Info("scaler: push read recovered", "failed_reads", failures)
 			failures = 0
 		}
-		d := max(next.until.Sub(w.now()), time.Millisecond)
+		d := next.until.Sub(w.now()).Truncate(time.Millisecond)
+		if d <= 0 {
+			continue // something is due now (or a subscription just went idle)
+		}
 		if len(next.streams) == 0 || !single {
 			if !w.wait(d, true) {
 				return
@@ -276,11 +284,15 @@ func (w *watcher) run() {
 			return
 		default:
 		}
+		if h := w.beforeBlock.Load(); h != nil {
+			(*h)()
+		}
 		args := make([]string, 0, 2*len(next.streams))
 		args = append(args, next.streams...)
 		args = append(args, next.ids...)
 		err = conn.XRead(context.Background(), &redis.XReadArgs{Streams: args, Count: 1, Block: d}).Err()
 		w.epoch.Add(1)
+		byEntry = err == nil
 		if err != nil && !errors.Is(err, redis.Nil) {
 			select {
 			case <-w.stopping:
@@ -386,6 +398,11 @@ func (w *watcher) pass(subs []*subscription) (wake, error) {
 		v := int8(0)
 		if active {
 			v = 1
+		}
+		if !active && s.last == 1 {
+			// Just went idle: this pass read no cursors for it, so pass again at once
+			// to block on its streams.
+			until = now
 		}
 		if v != s.last {
 			s.last = v

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# KEDA compatibility tests: dtq's scaler driven by KEDA v2.21.0's own external and
+# external-push scalers (a module of its own: pkg/scalers compiles in about 15 min
+# cold on two cores; the build cache makes later runs take seconds).
+#
+#   scaler/kedacompat/run.sh            # what CI runs
+#   scaler/kedacompat/run.sh -run Push  # extra go test flags pass through
+set -euo pipefail
+cd "$(dirname "$0")"
+command -v redis-server >/dev/null || { echo "kedacompat: redis-server is not on PATH" >&2; exit 1; }
+exec go test -count=1 ${KEDACOMPAT_RACE:+-race} ./... "$@"
