@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"sync"
 	"time"
@@ -91,6 +92,8 @@ type Task struct {
 // Retries is a helper for Task.MaxRetries.
 func Retries(n int) *int { return &n }
 
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+
 func (c *Client) validate(t *Task) error {
 	if err := keys.ValidQueue(t.Queue); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -110,7 +113,7 @@ func (c *Client) validate(t *Task) error {
 	if t.Timeout < 0 || t.Delay < 0 {
 		return fmt.Errorf("%w: timeout and delay must not be negative", ErrInvalid)
 	}
-	if t.ID != "" && (len(t.ID) > 128 || !keys.NameChars(t.ID, "_.:-")) {
+	if t.ID != "" && !idPattern.MatchString(t.ID) {
 		return fmt.Errorf("%w: id %q must match [A-Za-z0-9_.:-]{1,128}", ErrInvalid, t.ID)
 	}
 	if len(t.Unique) > 512 {
