@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"sync"
 	"time"
@@ -92,8 +91,6 @@ type Task struct {
 // Retries is a helper for Task.MaxRetries.
 func Retries(n int) *int { return &n }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
-
 func (c *Client) validate(t *Task) error {
 	if err := keys.ValidQueue(t.Queue); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -113,7 +110,7 @@ func (c *Client) validate(t *Task) error {
 	if t.Timeout < 0 || t.Delay < 0 {
 		return fmt.Errorf("%w: timeout and delay must not be negative", ErrInvalid)
 	}
-	if t.ID != "" && !idPattern.MatchString(t.ID) {
+	if t.ID != "" && (len(t.ID) > 128 || !keys.NameChars(t.ID, "_.:-")) {
 		return fmt.Errorf("%w: id %q must match [A-Za-z0-9_.:-]{1,128}", ErrInvalid, t.ID)
 	}
 	if len(t.Unique) > 512 {

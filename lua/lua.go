@@ -339,6 +339,24 @@ func SchedClaim(ctx context.Context, c redis.Scripter, q keys.Queue, nowMS int64
 	return strs(v[0]), strs(v[1]), num(v[2]), nil
 }
 
+// SchedClaimCmd queues a scheduler claim on a pipeline (EVALSHA: call Load first, and
+// again on NOSCRIPT); decode its reply with SchedClaimResult.
+func SchedClaimCmd(ctx context.Context, p redis.Pipeliner, q keys.Queue, nowMS int64, limit int, staleMS int64) *redis.Cmd {
+	return schedClaimScript.EvalSha(ctx, p, []string{q.Schedule(), q.Claimed()}, nowMS, limit, staleMS)
+}
+
+// SchedClaimResult decodes the reply of a SchedClaimCmd.
+func SchedClaimResult(q keys.Queue, cmd *redis.Cmd) (due, stale []string, nextMS int64, err error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("scheduler claim %s: %w", q.Name, err)
+	}
+	if len(v) != 3 {
+		return nil, nil, 0, fmt.Errorf("scheduler claim %s: unexpected reply", q.Name)
+	}
+	return strs(v[0]), strs(v[1]), num(v[2]), nil
+}
+
 // SchedEnqueue puts claimed tasks on their streams (XADD before ZREM; a task already
 // queued is dropped from the claims without a second XADD).
 func SchedEnqueue(ctx context.Context, c redis.Scripter, q keys.Queue, nowMS int64, ids []string) (enqueued, dropped []string, err error) {
@@ -367,6 +385,20 @@ func SchedEnqueue(ctx context.Context, c redis.Scripter, q keys.Queue, nowMS int
 // LockRenew extends lock by ttlMS while it holds token.
 func LockRenew(ctx context.Context, c redis.Scripter, lock, token string, ttlMS int64) (bool, error) {
 	n, err := lockRenewScript.Run(ctx, c, []string{lock}, token, ttlMS).Int64()
+	if err != nil {
+		return false, fmt.Errorf("lock renew: %w", err)
+	}
+	return n == 1, nil
+}
+
+// LockRenewCmd queues a LockRenew on a pipeline (EVALSHA); decode with LockRenewResult.
+func LockRenewCmd(ctx context.Context, p redis.Pipeliner, lock, token string, ttlMS int64) *redis.Cmd {
+	return lockRenewScript.EvalSha(ctx, p, []string{lock}, token, ttlMS)
+}
+
+// LockRenewResult decodes the reply of a LockRenewCmd.
+func LockRenewResult(cmd *redis.Cmd) (bool, error) {
+	n, err := cmd.Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock renew: %w", err)
 	}

@@ -44,7 +44,7 @@ type Config struct {
 	ResultTTLS float64 `env:"DTQ_RESULT_TTL_S, default=86400"`
 	// PollBlockMS: longest blocking read while idle; new work wakes it at once and
 	// SIGTERM unblocks it, so this only bounds idle round trips.
-	PollBlockMS int `env:"DTQ_POLL_BLOCK_MS, default=5000"`
+	PollBlockMS int `env:"DTQ_POLL_BLOCK_MS, default=30000"`
 	// SchedulerIntervalS: seconds between scheduler passes (jittered).
 	SchedulerIntervalS float64 `env:"DTQ_SCHEDULER_INTERVAL_S, default=1"`
 	// SchedulerLockTTLMS: the leader lock's lifetime; renewed every pass.
@@ -82,7 +82,7 @@ func EnvVars() []EnvVar {
 		{"PORT", "8080", "HTTP port for /healthz, /readyz, /metrics"},
 		{"DTQ_MAX_PAYLOAD_BYTES", "1048576", "largest payload accepted"},
 		{"DTQ_RESULT_TTL_S", "86400", "seconds finished task records are kept (0 = forever)"},
-		{"DTQ_POLL_BLOCK_MS", "5000", "longest idle blocking read"},
+		{"DTQ_POLL_BLOCK_MS", "30000", "longest idle blocking read (new work and SIGTERM end it at once)"},
 		{"DTQ_SCHEDULER_INTERVAL_S", "1", "seconds between scheduler passes"},
 		{"DTQ_SCHEDULER_LOCK_TTL_MS", "10000", "scheduler leader lock lifetime"},
 		{"DTQ_EVENTS_MAXLEN", "10000", "approximate cap of the events stream (0 = off)"},

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/liveness"
 	"github.com/dtq/dtq/lua"
@@ -74,78 +76,138 @@ func (w *Worker) schedulerLoop(ctx context.Context) error {
 	}
 }
 
-// scheduleOnce is one scheduler pass; it reports whether this worker led it.
+// scheduleOnce is one scheduler pass, one pipelined round trip when nothing is due:
+// the lock (SET NX PX to acquire, lock_renew.lua to keep it), the leader's claim of due
+// tasks on every known queue, the known-queue list for the next pass, and the heartbeat
+// when it is due (so an idle worker's heartbeat costs no round trip of its own).
+// Claims made in a pass whose renewal failed are still exclusive (sched_claim.lua is
+// atomic), so they are enqueued like any other.
 func (w *Worker) scheduleOnce(ctx context.Context) error {
 	lock, ttl := w.ks.SchedulerLock(), int64(w.cfg.SchedulerLockTTLMS)
-	if w.leader.Load() {
-		ok, err := lua.LockRenew(ctx, w.rdb, lock, w.id, ttl)
-		if err != nil {
-			return err
+	now := w.now()
+	nowMS := now.UnixMilli()
+	wasLeader := w.leader.Load()
+	qs := w.scheduledQueues()
+
+	p := w.rdb.Pipeline()
+	var renew *redis.Cmd
+	var acquire *redis.BoolCmd
+	var claims []*redis.Cmd
+	var names *redis.StringSliceCmd
+	if wasLeader {
+		renew = lua.LockRenewCmd(ctx, p, lock, w.id, ttl)
+		for _, q := range qs {
+			claims = append(claims, lua.SchedClaimCmd(ctx, p, q, nowMS, schedBatch, nowMS-ttl))
 		}
-		if !ok {
-			w.leader.Store(false)
-			w.metrics.leader.Set(0)
-			w.log.Warn("scheduler: lost the leader lock")
-			w.publish(Event{Type: EventLeaderLost})
-			return nil
-		}
+		names = p.SMembers(ctx, w.ks.Queues())
 	} else {
-		ok, err := w.rdb.SetNX(ctx, lock, w.id, time.Duration(ttl)*time.Millisecond).Result()
-		if err != nil {
-			return err
-		}
-		if !ok {
+		acquire = p.SetNX(ctx, lock, w.id, time.Duration(ttl)*time.Millisecond)
+	}
+	beat := w.heartbeatDue(now, seconds(w.cfg.SchedulerIntervalS))
+	if beat {
+		w.queueHeartbeat(ctx, p, w.status())
+	}
+	_, err := p.Exec(ctx)
+	if err != nil && lua.IsNoScript(err) {
+		// Redis lost its script cache (a restart): load the scripts; the next pass redoes this one.
+		return lua.Load(ctx, w.rdb)
+	}
+	if beat && err == nil {
+		w.lastBeat.Store(now.UnixNano())
+	}
+	if err != nil {
+		return err
+	}
+
+	if !wasLeader {
+		if !acquire.Val() {
 			return nil
 		}
 		w.leader.Store(true)
 		w.metrics.leader.Set(1)
 		w.log.Info("scheduler: became leader")
 		w.publish(Event{Type: EventLeaderAcquired})
+		return nil // the first pass as leader runs at the next tick
 	}
-	// The leader serves every known queue, not only its own: delayed tasks of a queue
-	// no leader serves would otherwise wait forever.
-	names, err := w.rdb.SMembers(ctx, w.ks.Queues()).Result()
-	if err != nil {
-		return err
+	if ok, _ := lua.LockRenewResult(renew); !ok {
+		w.leader.Store(false)
+		w.metrics.leader.Set(0)
+		w.log.Warn("scheduler: lost the leader lock")
+		w.publish(Event{Type: EventLeaderLost})
 	}
-	seen := map[string]bool{}
-	for _, q := range w.queues {
-		seen[q.Name] = true
-		if err := w.scheduleQueue(ctx, q, ttl); err != nil {
+	w.setKnownQueues(names.Val())
+	for i, q := range qs {
+		due, stale, _, err := lua.SchedClaimResult(q, claims[i])
+		if err != nil {
 			return err
 		}
+		if err := w.enqueueClaimed(ctx, q, nowMS, due, stale); err != nil {
+			return err
+		}
+		if len(due) == schedBatch { // a backlog: work it off now, batch by batch
+			if err := w.scheduleQueue(ctx, q, ttl); err != nil {
+				return err
+			}
+		}
 	}
+	return nil
+}
+
+// scheduledQueues are this worker's queues and every other known queue: the leader
+// serves them all, or delayed tasks of a queue no leader serves would wait forever.
+func (w *Worker) scheduledQueues() []keys.Queue {
+	w.knownMu.Lock()
+	defer w.knownMu.Unlock()
+	out := append([]keys.Queue(nil), w.queues...)
+	for _, n := range w.known {
+		if _, own := w.byName[n]; !own {
+			out = append(out, w.ks.Queue(n))
+		}
+	}
+	return out
+}
+
+func (w *Worker) setKnownQueues(names []string) {
+	valid := names[:0]
 	for _, n := range names {
-		if seen[n] || keys.ValidQueue(n) != nil {
-			continue
+		if keys.ValidQueue(n) == nil {
+			valid = append(valid, n)
 		}
-		if err := w.scheduleQueue(ctx, w.ks.Queue(n), ttl); err != nil {
-			return err
-		}
+	}
+	w.knownMu.Lock()
+	w.known = valid
+	w.knownMu.Unlock()
+}
+
+func (w *Worker) enqueueClaimed(ctx context.Context, q keys.Queue, nowMS int64, due, stale []string) error {
+	ids := append(due, stale...)
+	if len(ids) == 0 {
+		return nil
+	}
+	enq, _, err := lua.SchedEnqueue(ctx, w.rdb, q, nowMS, ids)
+	if err != nil {
+		return err // the claims stay in the claimed set; a later pass takes them as stale
+	}
+	if len(enq) > 0 {
+		w.metrics.scheduled.Add(float64(len(enq)))
+		w.publish(Event{Type: EventScheduled, Queue: q.Name, Detail: strconv.Itoa(len(enq))})
 	}
 	return nil
 }
 
 const schedBatch = 1000
 
+// scheduleQueue claims and enqueues due tasks of q batch by batch until fewer than a
+// batch are due (bounded: a huge backlog is worked off over passes).
 func (w *Worker) scheduleQueue(ctx context.Context, q keys.Queue, lockTTL int64) error {
-	for i := 0; i < 100; i++ { // bounded: a huge backlog is worked off over passes
-		now := w.now().UnixMilli()
-		due, stale, _, err := lua.SchedClaim(ctx, w.rdb, q, now, schedBatch, now-lockTTL)
+	for i := 0; i < 100; i++ {
+		nowMS := w.now().UnixMilli()
+		due, stale, _, err := lua.SchedClaim(ctx, w.rdb, q, nowMS, schedBatch, nowMS-lockTTL)
 		if err != nil {
 			return err
 		}
-		ids := append(due, stale...)
-		if len(ids) == 0 {
-			return nil
-		}
-		enq, _, err := lua.SchedEnqueue(ctx, w.rdb, q, now, ids)
-		if err != nil {
-			return err // the claims stay in the claimed set; the next leader pass retries them as stale
-		}
-		if len(enq) > 0 {
-			w.metrics.scheduled.Add(float64(len(enq)))
-			w.publish(Event{Type: EventScheduled, Queue: q.Name, Detail: strconv.Itoa(len(enq))})
+		if err := w.enqueueClaimed(ctx, q, nowMS, due, stale); err != nil {
+			return err
 		}
 		if len(due) < schedBatch {
 			return nil
@@ -159,12 +221,26 @@ func (w *Worker) scheduleQueue(ctx context.Context, q keys.Queue, lockTTL int64)
 // the worker drains, so long tasks finishing within the drain are not reclaimed.
 func (w *Worker) heartbeatLoop(ctx context.Context) error {
 	for {
-		w.heartbeatOnce(ctx)
+		if w.heartbeatDue(w.now(), 0) {
+			w.heartbeatOnce(ctx)
+		}
 		w.touchHeld(ctx)
 		if !sleepCtx(ctx, jitter(w.cfg.HeartbeatInterval(), 0.1)) {
 			return nil
 		}
 	}
+}
+
+// heartbeatDue reports whether the heartbeat must be written before now+ahead: the
+// scheduler writes it in its pipeline when the next heartbeat would fall before its own
+// next pass, and the heartbeat loop then has nothing to write.
+func (w *Worker) heartbeatDue(now time.Time, ahead time.Duration) bool {
+	last := w.lastBeat.Load()
+	if last == 0 {
+		return true
+	}
+	next := time.Unix(0, last).Add(w.cfg.HeartbeatInterval() * 9 / 10)
+	return !now.Add(ahead).Before(next)
 }
 
 func (w *Worker) heartbeatOnce(ctx context.Context) {
@@ -173,13 +249,22 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 	if err := w.writeHeartbeat(ctx, w.status()); err != nil {
 		w.metrics.redisErrors.WithLabelValues("heartbeat").Inc()
 		w.log.Warn("heartbeat: write failed", "err", err)
+		return
 	}
+	w.lastBeat.Store(w.now().UnixNano())
 }
 
 func (w *Worker) writeHeartbeat(ctx context.Context, status string) error {
+	p := w.rdb.Pipeline()
+	w.queueHeartbeat(ctx, p, status)
+	_, err := p.Exec(ctx)
+	return err
+}
+
+// queueHeartbeat queues the heartbeat's writes on p.
+func (w *Worker) queueHeartbeat(ctx context.Context, p redis.Pipeliner, status string) {
 	hbMS := int64(w.cfg.HeartbeatIntervalS * 1000)
 	key := w.ks.Worker(w.id)
-	p := w.rdb.Pipeline()
 	p.HSet(ctx, key,
 		liveness.FieldWorkerID, w.id,
 		liveness.FieldHostname, hostname(),
@@ -196,8 +281,6 @@ func (w *Worker) writeHeartbeat(ctx context.Context, status string) error {
 	)
 	p.PExpire(ctx, key, time.Duration(liveness.StaleFactor*hbMS)*time.Millisecond)
 	p.SAdd(ctx, w.ks.Workers(), w.id)
-	_, err := p.Exec(ctx)
-	return err
 }
 
 // touchHeld XCLAIMs every held entry back to this worker with idle 0 (fenced: entries

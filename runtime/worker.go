@@ -81,8 +81,12 @@ type Worker struct {
 	compMu      sync.RWMutex // guards compClosed against a late record
 	compClosed  bool
 
-	blocker *blocker
-	leader  atomic.Bool
+	blocker  *blocker
+	leader   atomic.Bool
+	lastBeat atomic.Int64 // unix ns of the last heartbeat written
+
+	knownMu sync.Mutex
+	known   []string // every queue ever enqueued to, as of the scheduler's last pass
 }
 
 // Worker states, as reported in the heartbeat.
@@ -183,6 +187,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}()
 	}
 	w.state.Store(stateRunning)
+	w.lastBeat.Store(0) // say "ready" at once, not an interval after "starting"
 	start("poll", w.pollLoop)
 	start("reaper", w.reaperLoop)
 	start("scheduler", w.schedulerLoop)
