@@ -1,0 +1,278 @@
+package chaos
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Fault kinds.
+const (
+	FaultKill         = "kill"          // SIGKILL of a worker process
+	FaultLeaderKill   = "leader-kill"   // SIGKILL of the process holding the scheduler lock
+	FaultTerm         = "term"          // SIGTERM (drain), then a new process
+	FaultFreeze       = "freeze"        // SIGSTOP past the visibility timeout, then SIGCONT
+	FaultRedisRestart = "redis-restart" // SIGKILL of redis-server, restarted on its AOF
+	FaultCut          = "cut"           // every connection through the proxy dropped
+	FaultReplyCut     = "reply-cut"     // a connection dropped as the reply to a chosen command arrived
+	FaultOutage       = "outage"        // Redis unreachable: connections dropped and refused
+	FaultDelay        = "delay"         // every packet delayed
+)
+
+// Fault is one injected fault. PID 0 means it hit every worker (a Redis fault).
+type Fault struct {
+	Kind   string    `json:"kind"`
+	Worker string    `json:"worker,omitempty"`
+	PID    int       `json:"pid,omitempty"`
+	At     time.Time `json:"at"`
+	End    time.Time `json:"end"` // when the process was gone, resumed or Redis answered again
+}
+
+// Spec is a task as the harness enqueued it.
+type Spec struct {
+	Queue, ID, Function string
+	Priority            int
+	MaxRetries          int
+	Times               int       // planned failures (function "fail")
+	RunAt               time.Time // zero: at once
+}
+
+// plannedDead reports whether the task is meant to end dead: more planned failures than
+// retries.
+func (s Spec) plannedDead() bool { return s.Function == "fail" && s.Times > s.MaxRetries }
+
+// Final is a task record as read from Redis after the run.
+type Final struct {
+	Status   string
+	Attempt  int64
+	Failures int64
+	Result   string
+	Error    string
+	Missing  bool
+}
+
+// Findings are what the ledger, the task records and the fault log say together.
+type Findings struct {
+	Executions      int `json:"executions"`
+	Succeeded       int `json:"succeeded"`
+	Dead            int `json:"dead"`
+	DeadPlanned     int `json:"dead_planned"`     // fail tasks with more planned failures than retries
+	DeadWorkerLost  int `json:"dead_worker_lost"` // retries used up by lost workers (kills, freezes)
+	Lost            int `json:"lost"`             // not succeeded, dead or cancelled at the end
+	DuplicateStarts int `json:"duplicate_starts"` // a (task, attempt) started more than once
+	Retries         int `json:"retries"`          // a next attempt after an attempt that failed
+	Reexecutions    int `json:"reexecutions"`     // a next attempt after one that did not fail
+	ReexecKill      int `json:"reexec_kill"`
+	ReexecFreeze    int `json:"reexec_freeze"`
+	ReexecTerm      int `json:"reexec_term"` // drain deadline passed, function cancelled, handed back
+	Unexplained     int `json:"unexplained"` // re-executions no fault on their worker explains
+	// LateFinishes are executions that finished after a newer attempt of their task had
+	// started (a frozen worker resuming): their completion must have been fenced off.
+	LateFinishes int `json:"late_finishes"`
+	// SkippedAttempts are attempt numbers a task went through without any execution: a
+	// claim whose worker died (or whose reply was lost) before the function started.
+	SkippedAttempts  int `json:"skipped_attempts"`
+	WrongOutcome     int `json:"wrong_outcome"` // a record's outcome that is not its current attempt's
+	UnexpectedDead   int `json:"unexpected_dead"`
+	UnexpectedAlive  int `json:"unexpected_succeeded"`
+	EarlyStarts      int `json:"early_starts"` // a delayed task started before its time
+	UnknownExecution int `json:"unknown_executions"`
+
+	Problems []string `json:"problems,omitempty"` // one line per violation (capped)
+}
+
+const maxProblems = 50
+
+func (f *Findings) problem(format string, a ...any) {
+	if len(f.Problems) < maxProblems {
+		f.Problems = append(f.Problems, fmt.Sprintf(format, a...))
+	}
+}
+
+// Analyze checks the invariants of DESIGN.md against what happened.
+func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Fault) Findings {
+	var f Findings
+	f.Executions = len(execs)
+	key := func(q, id string) string { return q + "\x00" + id }
+	byTask := map[string][]*Exec{}
+	for _, e := range execs {
+		byTask[key(e.Queue, e.Task)] = append(byTask[key(e.Queue, e.Task)], e)
+	}
+	faultsOf := map[int][]Fault{}
+	for _, ft := range faults {
+		faultsOf[ft.PID] = append(faultsOf[ft.PID], ft)
+	}
+	known := map[string]bool{}
+	for _, s := range specs {
+		k := key(s.Queue, s.ID)
+		known[k] = true
+		fin := finals[k]
+		switch {
+		case fin.Missing:
+			f.Lost++
+			f.problem("lost: %s/%s has no task record", s.Queue, s.ID)
+		case fin.Status == "succeeded":
+			f.Succeeded++
+		case fin.Status == "dead":
+			f.Dead++
+		case fin.Status == "cancelled":
+		default:
+			f.Lost++
+			f.problem("lost: %s/%s ended %q at attempt %d", s.Queue, s.ID, fin.Status, fin.Attempt)
+		}
+		list := byTask[k]
+		sort.SliceStable(list, func(i, j int) bool {
+			if list[i].Attempt != list[j].Attempt {
+				return list[i].Attempt < list[j].Attempt
+			}
+			return list[i].Start.Before(list[j].Start)
+		})
+		// invariant 2: one start per (task, attempt)
+		for i := 1; i < len(list); i++ {
+			if list[i].Attempt == list[i-1].Attempt {
+				f.DuplicateStarts++
+				f.problem("duplicate start: %s/%s attempt %d on %s and %s", s.Queue, s.ID, list[i].Attempt, list[i-1].Worker, list[i].Worker)
+			}
+		}
+		if len(list) > 0 && !s.RunAt.IsZero() && list[0].Start.UnixMilli() < s.RunAt.UnixMilli() {
+			f.EarlyStarts++
+			f.problem("early start: %s/%s due %s started %s", s.Queue, s.ID, s.RunAt.Format(time.RFC3339Nano), list[0].Start.Format(time.RFC3339Nano))
+		}
+		// attempts that never executed
+		var next int64 = 1
+		for _, e := range list {
+			if e.Attempt > next {
+				f.SkippedAttempts += int(e.Attempt - next)
+			}
+			next = max(next, e.Attempt+1)
+		}
+		if fin.Attempt >= next && fin.Status != "cancelled" {
+			f.SkippedAttempts += int(fin.Attempt - next + 1)
+		}
+		// invariant 4: re-execution only after a death (or a freeze) of the worker
+		for i := 1; i < len(list); i++ {
+			prev, cur := list[i-1], list[i]
+			if prev.Attempt == cur.Attempt {
+				continue
+			}
+			if prev.Outcome == OutcomeErr {
+				f.Retries++
+				continue
+			}
+			f.Reexecutions++
+			switch explain(prev, cur, faultsOf[prev.PID]) {
+			case FaultKill, FaultLeaderKill:
+				f.ReexecKill++
+			case FaultFreeze:
+				f.ReexecFreeze++
+			case FaultTerm:
+				f.ReexecTerm++
+			default:
+				f.Unexplained++
+				f.problem("unexplained re-execution: %s/%s attempt %d (%s pid %d, started %s, finish %q) ran again as attempt %d on %s at %s",
+					s.Queue, s.ID, prev.Attempt, prev.Worker, prev.PID, prev.Start.Format("15:04:05.000"), prev.Outcome,
+					cur.Attempt, cur.Worker, cur.Start.Format("15:04:05.000"))
+			}
+		}
+		for i, e := range list {
+			if e.Outcome != "" && i+1 < len(list) && list[i+1].Attempt > e.Attempt && e.Finish.After(list[i+1].Start) {
+				f.LateFinishes++
+			}
+		}
+		// invariant 3: the recorded outcome is the current attempt's own
+		if fin.Status == "succeeded" {
+			var own *Exec
+			for _, e := range list {
+				if e.Attempt == fin.Attempt && e.Outcome == OutcomeOK {
+					own = e
+				}
+			}
+			if own == nil || fin.Result != own.Worker+"/"+strconv.FormatInt(fin.Attempt, 10) {
+				f.WrongOutcome++
+				f.problem("wrong outcome: %s/%s succeeded at attempt %d with result %q; ledger has no matching successful execution", s.Queue, s.ID, fin.Attempt, fin.Result)
+			}
+		}
+		if fin.Status == "dead" {
+			switch {
+			case s.plannedDead():
+				f.DeadPlanned++
+			case strings.Contains(fin.Error, "worker lost"):
+				f.DeadWorkerLost++
+			default:
+				f.UnexpectedDead++
+				f.problem("unexpected dead: %s/%s (%s) at attempt %d: %s", s.Queue, s.ID, s.Function, fin.Attempt, fin.Error)
+			}
+		}
+		if fin.Status == "succeeded" && s.plannedDead() {
+			f.UnexpectedAlive++
+			f.problem("unexpected success: %s/%s planned %d failures with %d retries", s.Queue, s.ID, s.Times, s.MaxRetries)
+		}
+	}
+	for k, list := range byTask {
+		if !known[k] {
+			f.UnknownExecution += len(list)
+			f.problem("execution of a task nobody enqueued: %q", strings.ReplaceAll(k, "\x00", "/"))
+		}
+	}
+	return f
+}
+
+// resumeGrace bounds how long after a SIGCONT a frozen worker's executor starts a
+// function it had claimed before the freeze (the claim is not in the ledger, the start
+// is).
+const resumeGrace = 2 * time.Second
+
+// explain returns the kind of the fault on prev's process that explains why the task ran
+// again as cur, or "".
+func explain(prev, cur *Exec, faults []Fault) string {
+	best := ""
+	for _, ft := range faults {
+		if ft.At.After(cur.Start) {
+			continue
+		}
+		if ft.Kind == FaultFreeze && ft.At.Before(prev.Start) {
+			// Frozen after claiming attempt N and before starting it: a peer reclaimed it
+			// during the freeze, and the resumed executor started it anyway (its
+			// completion is fenced off).
+			if !prev.Start.Before(ft.End) && prev.Start.Sub(ft.End) <= resumeGrace {
+				return FaultFreeze
+			}
+			continue
+		}
+		if ft.At.Before(prev.Start) {
+			continue
+		}
+		switch ft.Kind {
+		case FaultKill, FaultLeaderKill, FaultFreeze:
+			return ft.Kind
+		case FaultTerm:
+			// a drain only gives a task away when its deadline passed: the function was
+			// cancelled (or never returned)
+			if prev.Outcome == OutcomeCancel || prev.Outcome == "" {
+				best = FaultTerm
+			}
+		}
+	}
+	return best
+}
+
+// Violations lists every broken invariant of the findings, empty when all hold.
+func (f Findings) Violations() []string {
+	var v []string
+	add := func(n int, what string) {
+		if n > 0 {
+			v = append(v, fmt.Sprintf("%d %s", n, what))
+		}
+	}
+	add(f.Lost, "tasks lost")
+	add(f.DuplicateStarts, "duplicate starts of one attempt")
+	add(f.Unexplained, "re-executions no kill or freeze explains")
+	add(f.WrongOutcome, "task records holding an outcome that is not their current attempt's")
+	add(f.UnexpectedDead, "tasks dead that should have succeeded")
+	add(f.UnexpectedAlive, "tasks succeeded that should have died")
+	add(f.EarlyStarts, "delayed tasks started early")
+	add(f.UnknownExecution, "executions of tasks nobody enqueued")
+	return v
+}

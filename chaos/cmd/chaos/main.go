@@ -1,0 +1,63 @@
+// Command chaos runs a long chaos run of dtq (chaos.Run) and prints its report: worker
+// processes (this binary again) killed, terminated and frozen, and the scheduler leader
+// killed, while thousands of tasks flow; with -redis, in-process workers under Redis
+// faults instead. It exits 1 when an invariant broke.
+//
+//	go run ./chaos/cmd/chaos -tasks 20000 -workers 6 -kills 20 -terms 10 -freezes 6 -leader-kills 4
+//	go run ./chaos/cmd/chaos -redis -tasks 10000 -redis-restarts 5 -conn-cuts 10 -reply-cuts 40
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/dtq/dtq/chaos"
+)
+
+func main() {
+	chaos.MaybeWorker()
+	var o chaos.Options
+	redisFaults := flag.Bool("redis", false, "Redis faults with in-process workers instead of process faults")
+	flag.IntVar(&o.Workers, "workers", 4, "worker processes")
+	flag.IntVar(&o.Concurrency, "concurrency", 8, "DTQ_WORKER_CONCURRENCY of each worker")
+	flag.IntVar(&o.Tasks, "tasks", 10000, "tasks")
+	flag.DurationVar(&o.EnqueueFor, "enqueue-for", time.Minute, "spread the enqueues over this long")
+	flag.DurationVar(&o.FaultEvery, "fault-every", 2*time.Second, "mean gap between faults")
+	flag.IntVar(&o.Kills, "kills", 0, "SIGKILLs of random workers")
+	flag.IntVar(&o.Terms, "terms", 0, "SIGTERM restarts")
+	flag.IntVar(&o.Freezes, "freezes", 0, "SIGSTOPs past the visibility timeout")
+	flag.IntVar(&o.LeaderKills, "leader-kills", 0, "SIGKILLs of the scheduler leader")
+	flag.IntVar(&o.RedisRestarts, "redis-restarts", 0, "redis-server kill -9 and restart on its AOF")
+	flag.IntVar(&o.ConnCuts, "conn-cuts", 0, "drops of every worker connection")
+	flag.IntVar(&o.ReplyCuts, "reply-cuts", 0, "replies dropped after Redis ran the command")
+	flag.IntVar(&o.Outages, "outages", 0, "Redis unreachable for 0.3-1s")
+	flag.IntVar(&o.Delays, "delays", 0, "2s of 5-50ms packet delay")
+	flag.DurationVar(&o.VisibilityTimeout, "visibility", 3*time.Second, "DTQ_VISIBILITY_TIMEOUT_S")
+	flag.DurationVar(&o.Deadline, "deadline", 5*time.Minute, "longest wait for every task to end")
+	flag.Uint64Var(&o.Seed, "seed", 0, "random seed (0: random)")
+	flag.StringVar(&o.Dir, "dir", "", "ledger, logs and AOF directory (default: temporary)")
+	asJSON := flag.Bool("json", false, "print the report as JSON")
+	flag.Parse()
+	o.InProcess = *redisFaults
+	o.Log = os.Stderr
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := chaos.Run(ctx, o)
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rep)
+	} else {
+		fmt.Print(rep.String())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
