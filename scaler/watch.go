@@ -361,9 +361,13 @@ func (w *watcher) pass(subs []*subscription) (wake, error) {
 	for i := range stats {
 		byQueue[stats[i].Queue] = &stats[i]
 	}
+	specOf := make(map[string]int, len(order))
+	for i, q := range order {
+		specOf[q] = i
+	}
 	dueAt := func(q string, lead time.Duration) (int64, time.Time) {
 		st := byQueue[q]
-		i := slices.Index(specs[slices.Index(order, q)].Leads, lead)
+		i := slices.Index(specs[specOf[q]].Leads, lead)
 		var next time.Time
 		if i < len(st.NextDue) {
 			next = st.NextDue[i]

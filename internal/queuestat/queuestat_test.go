@@ -280,3 +280,27 @@ func TestAddSaturates(t *testing.T) {
 		t.Errorf("Backlog of huge bands = %d, want MaxInt64 (saturated)", got)
 	}
 }
+
+// BenchmarkRead10x10 is one pipelined read of 10 queues × 10 bands with a lead.
+func BenchmarkRead10x10(b *testing.B) {
+	srv := redistest.Shared(b)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	b.Cleanup(func() { _ = c.Close() })
+	ks := keys.New(redistest.Prefix(b))
+	ctx := context.Background()
+	var specs []queuestat.Spec
+	for i := 0; i < 10; i++ {
+		q := ks.Queue("q" + string(rune('a'+i)))
+		for p := 0; p < keys.Bands; p++ {
+			c.XGroupCreateMkStream(ctx, q.Stream(p), keys.Group, "0")
+			c.XAdd(ctx, &redis.XAddArgs{Stream: q.Stream(p), Values: []any{"task", "t", "attempt", 0}})
+		}
+		specs = append(specs, queuestat.Spec{Queue: q.Name, Bands: queuestat.AllBands, Leads: []time.Duration{time.Minute}})
+	}
+	for b.Loop() {
+		st, err := queuestat.Read(ctx, c, ks, specs, time.Now())
+		if err != nil || st[9].Band[9].Lag != 1 {
+			b.Fatalf("Read = %v", err)
+		}
+	}
+}
