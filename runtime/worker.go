@@ -166,9 +166,11 @@ func (w *Worker) publish(ev Event) {
 func (w *Worker) Run(ctx context.Context) error {
 	w.startedAt = w.now()
 	w.state.Store(stateStarting)
-	// Start-up writes nothing that can wait: groups are created by the claim script on
-	// first use, scripts load on first EVALSHA miss. One heartbeat says "starting".
-	w.heartbeatOnce(context.Background())
+	// Start-up waits for nothing: groups are created by the claim script on first use,
+	// scripts load on the first EVALSHA miss, and the "starting" heartbeat is written
+	// while the loops start (the heartbeat loop waits for it before its first write).
+	started := make(chan struct{})
+	go func() { defer close(started); w.heartbeatOnce(context.Background()) }()
 
 	w.blocker = newBlocker(w.rdb)
 	for i := 0; i < w.cfg.Concurrency; i++ {
@@ -187,7 +189,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		}()
 	}
 	w.state.Store(stateRunning)
-	w.lastBeat.Store(0) // say "ready" at once, not an interval after "starting"
 	start("poll", w.pollLoop)
 	start("reaper", w.reaperLoop)
 	start("scheduler", w.schedulerLoop)
@@ -195,6 +196,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
+		<-started
+		w.lastBeat.Store(0) // the first loop pass says "ready" at once
 		w.supervise(hbCtx, "heartbeat", w.heartbeatLoop)
 	}()
 	w.publish(Event{Type: EventWorkerStarted})

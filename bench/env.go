@@ -1,0 +1,343 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/client"
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/internal/redisconn"
+)
+
+// benchEnv is what every mode runs against: one Redis, the dtq binary.
+type benchEnv struct {
+	url      string
+	addr     string // host:port, for the peer
+	rdb      redis.UniversalClient
+	redisPID int
+	dtq      string // path of the dtq binary built for this run
+	tmp      string
+	own      *exec.Cmd // the redis-server bench started, if any
+	verbose  bool
+	seq      int
+}
+
+func setupEnv(ctx context.Context, o options) (*benchEnv, error) {
+	tmp, err := os.MkdirTemp("", "dtq-bench-")
+	if err != nil {
+		return nil, err
+	}
+	e := &benchEnv{tmp: tmp, verbose: o.verbose}
+	e.url = os.Getenv("DTQ_REDIS_URL")
+	if e.url == "" {
+		if err := e.startRedis(); err != nil {
+			e.close()
+			return nil, err
+		}
+	}
+	e.rdb, err = redisconn.Open(e.url, redisconn.Options{CAFile: os.Getenv("DTQ_REDIS_CA_FILE"), PoolSize: 64})
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	if opt, err := redis.ParseURL(e.url); err == nil {
+		e.addr = opt.Addr
+	}
+	info, err := e.rdb.Info(ctx, "server").Result()
+	if err != nil {
+		e.close()
+		return nil, fmt.Errorf("redis at %s: %w", redisconn.Redact(e.url), err)
+	}
+	if isLocal(e.addr) { // CPU time is read from /proc: only for a Redis on this machine
+		e.redisPID, _ = strconv.Atoi(infoField(info, "process_id"))
+	}
+	e.dtq = filepath.Join(tmp, "dtq")
+	e.logf("building ./cmd/dtq")
+	build := exec.Command("go", "build", "-o", e.dtq, "github.com/dtq/dtq/cmd/dtq")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		e.close()
+		return nil, fmt.Errorf("go build ./cmd/dtq (run bench from the repository root): %w", err)
+	}
+	return e, nil
+}
+
+func isLocal(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	return err == nil && (h == "127.0.0.1" || h == "localhost" || h == "::1")
+}
+
+func (e *benchEnv) logf(f string, a ...any) {
+	if e.verbose {
+		fmt.Fprintf(os.Stderr, "bench: "+f+"\n", a...)
+	}
+}
+
+func (e *benchEnv) startRedis() error {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return errors.New("DTQ_REDIS_URL is not set and redis-server is not on PATH (apt-get install -y redis-server)")
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	e.addr = fmt.Sprintf("127.0.0.1:%d", port)
+	e.url = "redis://" + e.addr
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", e.tmp, "--logfile", filepath.Join(e.tmp, "redis.log"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	e.own = cmd
+	for i := 0; i < 500; i++ {
+		if c, err := net.DialTimeout("tcp", e.addr, 50*time.Millisecond); err == nil {
+			_ = c.Close()
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return errors.New("redis-server did not start")
+}
+
+func (e *benchEnv) close() {
+	if e.rdb != nil {
+		_ = e.rdb.Close()
+	}
+	if e.own != nil {
+		_ = e.own.Process.Kill()
+		_ = e.own.Wait()
+	}
+	_ = os.RemoveAll(e.tmp)
+}
+
+// prefix returns a fresh key prefix for one run; drop deletes its keys.
+func (e *benchEnv) prefix() string {
+	e.seq++
+	return fmt.Sprintf("bench%d-%d", os.Getpid(), e.seq)
+}
+
+func (e *benchEnv) drop(prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	iter := e.rdb.Scan(ctx, 0, prefix+":*", 5000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) >= 1000 {
+			e.rdb.Unlink(ctx, batch...)
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		e.rdb.Unlink(ctx, batch...)
+	}
+}
+
+func (e *benchEnv) client(prefix string) *client.Client {
+	return client.New(e.rdb, client.Options{Prefix: prefix})
+}
+
+// worker is one dtq worker process.
+type worker struct {
+	cmd  *exec.Cmd
+	port int
+	exit chan error
+}
+
+// startWorker execs `dtq worker` with the run's prefix and extra environment.
+func (e *benchEnv) startWorker(prefix string, env ...string) (*worker, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(e.dtq, "worker")
+	cmd.Env = append(os.Environ(), "DTQ_REDIS_URL="+e.url, "DTQ_KEY_PREFIX="+prefix, "PORT="+strconv.Itoa(port),
+		"DTQ_LOG_LEVEL=error", "DTQ_LOG_FORMAT=text")
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	w := &worker{cmd: cmd, port: port, exit: make(chan error, 1)}
+	go func() { w.exit <- cmd.Wait() }()
+	return w, nil
+}
+
+// ready polls /readyz until it answers 200 or d passes.
+func (w *worker) ready(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	c := &http.Client{Timeout: 200 * time.Millisecond}
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", w.port)
+	for time.Now().Before(deadline) {
+		resp, err := c.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return errors.New("worker not ready in time")
+}
+
+// metric reads one sample of the worker's /metrics (the first line starting with name).
+func (w *worker) metric(name string) (float64, error) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", w.port))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			f := strings.Fields(line)
+			return strconv.ParseFloat(f[len(f)-1], 64)
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found", name)
+}
+
+// stop sends SIGTERM and waits for the exit.
+func (w *worker) stop() error {
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-w.exit:
+		return err
+	case <-time.After(2 * time.Minute):
+		_ = w.cmd.Process.Kill()
+		return errors.New("worker did not exit within 2 minutes of SIGTERM")
+	}
+}
+
+func (w *worker) kill() {
+	_ = w.cmd.Process.Kill()
+	<-w.exit
+}
+
+// cpuTime is user+system CPU time of a process so far.
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+2:]
+	}
+	f := strings.Fields(s)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ is 100 on Linux
+}
+
+// rss is the resident set of a process in MB.
+func rss(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			f := strings.Fields(l)
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func infoField(info, name string) string {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func (e *benchEnv) commands(ctx context.Context) int64 {
+	info, err := e.rdb.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(infoField(info, "total_commands_processed"), 10, 64)
+	return n
+}
+
+// backlog is the number of entries in every band of queue (undelivered + pending).
+func (e *benchEnv) backlog(ctx context.Context, prefix, queue string) (int64, error) {
+	q := keys.New(prefix).Queue(queue)
+	p := e.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, keys.Bands)
+	for i := range cmds {
+		cmds[i] = p.XLen(ctx, q.Stream(i))
+	}
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	var n int64
+	for _, c := range cmds {
+		n += c.Val()
+	}
+	return n, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// progress draws a bar on stderr when stderr is a terminal.
+type progress struct {
+	label string
+	total int64
+	on    bool
+	last  time.Time
+}
+
+func newProgress(label string, total int64) *progress {
+	st, err := os.Stderr.Stat()
+	return &progress{label: label, total: total, on: err == nil && st.Mode()&os.ModeCharDevice != 0}
+}
+
+func (p *progress) set(done int64) {
+	if !p.on || time.Since(p.last) < 100*time.Millisecond && done < p.total {
+		return
+	}
+	p.last = time.Now()
+	const width = 30
+	k := int(done * width / max(p.total, 1))
+	fmt.Fprintf(os.Stderr, "\r%-12s [%s%s] %d/%d", p.label, strings.Repeat("#", k), strings.Repeat(".", width-k), done, p.total)
+}
+
+func (p *progress) done() {
+	if p.on {
+		fmt.Fprint(os.Stderr, "\r\033[K")
+	}
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// runPeer runs dtq and the asynq peer benchmark on the same Redis, alternating run by
+// run, for throughput, latency and coldstart, and prints both with the ratio. The peer
+// is a separate Go module built here; dtq's module never imports asynq. The peer
+// FLUSHes the database it runs on: point DTQ_REDIS_URL at a Redis nothing else uses.
+func runPeer(ctx context.Context, e *benchEnv, o options) int {
+	dir, err := filepath.Abs(o.peerDir)
+	if err == nil {
+		_, err = os.Stat(filepath.Join(dir, "go.mod"))
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench peer: no peer module at %s (--peer DIR): %v\n", o.peerDir, err)
+		return 1
+	}
+	bin := filepath.Join(e.tmp, "peerbench-asynq")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir, build.Stderr = dir, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "bench peer: building %s: %v\n", dir, err)
+		return 1
+	}
+	type pair struct {
+		mode string
+		dtq  func() (result, error)
+		args []string
+	}
+	n := o.n
+	pairs := []pair{
+		{"throughput", func() (result, error) { oo := o; oo.n = def(n, 20000); return runThroughput(ctx, e, oo) },
+			[]string{"-mode", "throughput", "-n", strconv.Itoa(def(n, 20000)), "-concurrency", strconv.Itoa(o.concurrency)}},
+		{"latency", func() (result, error) { oo := o; oo.n = 300; return runLatency(ctx, e, oo) },
+			[]string{"-mode", "latency", "-n", "300", "-concurrency", strconv.Itoa(o.concurrency)}},
+		{"coldstart", func() (result, error) { oo := o; oo.reps = def(o.reps, 5); return runColdstart(ctx, e, oo) },
+			[]string{"-mode", "coldstart", "-reps", strconv.Itoa(def(o.reps, 5)), "-concurrency", strconv.Itoa(o.concurrency)}},
+	}
+	for _, p := range pairs {
+		by := map[string][]result{}
+		for i := 0; i < o.runs; i++ {
+			r, err := p.dtq()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bench peer %s (dtq): %v\n", p.mode, err)
+				return 1
+			}
+			r["system"], r["mode"] = "dtq", p.mode
+			by["dtq"] = append(by["dtq"], r)
+			if o.json {
+				emit(r)
+			}
+			args := append([]string{"-redis", e.addr}, p.args...)
+			out, err := exec.CommandContext(ctx, bin, args...).Output()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bench peer %s (asynq): %v\n", p.mode, err)
+				return 1
+			}
+			var pr result
+			if err := json.Unmarshal([]byte(lastLine(string(out))), &pr); err != nil {
+				fmt.Fprintf(os.Stderr, "bench peer %s: asynq printed %q\n", p.mode, out)
+				return 1
+			}
+			if p.mode == "coldstart" {
+				if xs, ok := pr["exec_to_first_ms"].([]any); ok {
+					var fs []float64
+					for _, x := range xs {
+						if f, ok := x.(float64); ok {
+							fs = append(fs, f)
+						}
+					}
+					if len(fs) > 0 {
+						m, _, _ := spread(fs)
+						pr["exec_to_first_median_ms"] = m
+					}
+				}
+			}
+			by["asynq"] = append(by["asynq"], pr)
+			if o.json {
+				emit(pr)
+			}
+		}
+		if !o.json {
+			printTable(p.mode, by, []string{"dtq", "asynq"})
+		}
+	}
+	return 0
+}
+
+func def(v, d int) int {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
