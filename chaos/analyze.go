@@ -225,23 +225,25 @@ func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Faul
 const resumeGrace = 2 * time.Second
 
 // explain returns the kind of the fault on prev's process that explains why the task ran
-// again as cur, or "".
+// again as cur, or "". A fault explains it when it hit the process after attempt N
+// could have been claimed and before attempt N+1 started: at or after prev's start, or
+// while prev's start was being written (a signal is recorded as sent just before it
+// lands), or, for a freeze, just before a start the resumed executor made for a claim it
+// had taken before the freeze.
 func explain(prev, cur *Exec, faults []Fault) string {
 	best := ""
 	for _, ft := range faults {
 		if ft.At.After(cur.Start) {
 			continue
 		}
-		if ft.Kind == FaultFreeze && ft.At.Before(prev.Start) {
-			// Frozen after claiming attempt N and before starting it: a peer reclaimed it
-			// during the freeze, and the resumed executor started it anyway (its
-			// completion is fenced off).
-			if !prev.Start.Before(ft.End) && prev.Start.Sub(ft.End) <= resumeGrace {
-				return FaultFreeze
-			}
-			continue
+		end := ft.End
+		if end.Before(ft.At) {
+			end = ft.At
 		}
-		if ft.At.Before(prev.Start) {
+		if ft.Kind == FaultFreeze {
+			end = end.Add(resumeGrace)
+		}
+		if prev.Start.After(end) {
 			continue
 		}
 		switch ft.Kind {

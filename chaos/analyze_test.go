@@ -79,6 +79,7 @@ func TestAnalyzeCatchesEveryViolation(t *testing.T) {
 		{Queue: "q", ID: "skipped", Function: "noop", MaxRetries: 3},
 		{Queue: "q", ID: "resumed", Function: "noop", MaxRetries: 3},
 		{Queue: "q", ID: "resumedlate", Function: "noop", MaxRetries: 3},
+		{Queue: "q", ID: "signalled", Function: "noop", MaxRetries: 3},
 	}
 	finals := map[string]chaos.Final{
 		"q\x00lost":        {Status: "running", Attempt: 1},
@@ -97,6 +98,7 @@ func TestAnalyzeCatchesEveryViolation(t *testing.T) {
 		"q\x00skipped":     ok("w1", "3"),
 		"q\x00resumed":     ok("w2", "2"),
 		"q\x00resumedlate": ok("w2", "2"),
+		"q\x00signalled":   ok("w2", "2"),
 	}
 	execs := []*chaos.Exec{
 		ex("lost", 1, "w1", 10, 0, 0, ""),
@@ -130,19 +132,23 @@ func TestAnalyzeCatchesEveryViolation(t *testing.T) {
 		ex("resumed", 2, "w2", 20, 300, 310, chaos.OutcomeOK),
 		ex("resumedlate", 1, "w1", 13, 9000, 9010, chaos.OutcomeOK),
 		ex("resumedlate", 2, "w2", 20, 300, 310, chaos.OutcomeOK),
+		// started between the harness noting the kill and the signal landing
+		ex("signalled", 1, "w1", 14, 51, 0, ""),
+		ex("signalled", 2, "w2", 20, 300, 310, chaos.OutcomeOK),
 		{Queue: "q", Task: "stranger", Attempt: 1, Worker: "w1", PID: 10, Start: at(0)},
 	}
 	faults := []chaos.Fault{
 		{Kind: chaos.FaultKill, Worker: "w1", PID: 11, At: at(50)},
 		{Kind: chaos.FaultTerm, Worker: "w1", PID: 12, At: at(10)},
 		{Kind: chaos.FaultFreeze, Worker: "w1", PID: 13, At: at(10), End: at(400)},
+		{Kind: chaos.FaultKill, Worker: "w1", PID: 14, At: at(50), End: at(52)},
 	}
 	f := chaos.Analyze(specs, finals, execs, faults)
 	want := map[string][2]int{
 		"Lost":             {f.Lost, 2},
 		"DuplicateStarts":  {f.DuplicateStarts, 1},
 		"Unexplained":      {f.Unexplained, 3}, // rerun, termok, resumedlate
-		"ReexecKill":       {f.ReexecKill, 2},  // killed, skipped (attempt 1 → 3)
+		"ReexecKill":       {f.ReexecKill, 3},  // killed, skipped (attempt 1 → 3), signalled
 		"ReexecTerm":       {f.ReexecTerm, 1},
 		"ReexecFreeze":     {f.ReexecFreeze, 3}, // frozen, overwritten, resumed
 		"LateFinishes":     {f.LateFinishes, 4},

@@ -95,7 +95,10 @@ func TestRedisFaultsCI(t *testing.T) {
 	if rep.Reexecutions != 0 {
 		t.Fatalf("%d re-executions without any worker dying", rep.Reexecutions)
 	}
-	if rep.LoopRestartsAfter != 0 {
-		t.Fatalf("%d loop restarts after Redis was healthy again: a crash loop", rep.LoopRestartsAfter)
+	// Once Redis is healthy, a worker may still meet one connection that a fault
+	// dropped while it sat idle (its loop logs and restarts once); a crash loop would
+	// restart again and again.
+	if rep.LoopRestartsAfter > o.Workers {
+		t.Fatalf("%d loop restarts in a healthy batch after the faults: a crash loop", rep.LoopRestartsAfter)
 	}
 }

@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -205,7 +208,9 @@ func (h *harness) killAndRestart(ctx context.Context, kind string, p *proc) erro
 func (h *harness) freeze(ctx context.Context, n int) error {
 	o := h.o
 	id := fmt.Sprintf("probe%03d", n)
-	ms := (2*o.VisibilityTimeout + time.Second).Milliseconds()
+	// Long enough to be running when the freeze lands, short enough to end during the
+	// freeze: it finishes the moment the worker resumes, after a peer took it over.
+	ms := (o.VisibilityTimeout + 500*time.Millisecond).Milliseconds()
 	s := Spec{Queue: o.Queues[0], ID: id, Function: "sleep", Priority: keys.MaxPriority, MaxRetries: 3}
 	t := client.Task{Queue: s.Queue, ID: id, Function: "sleep", Priority: s.Priority,
 		Payload: []byte(fmt.Sprintf(`{"ms":%d}`, ms)), MaxRetries: client.Retries(3)}
@@ -249,6 +254,19 @@ func (h *harness) freeze(ctx context.Context, n int) error {
 		h.count(func(r *Report) { r.FreezeNotReclaimed++ })
 	}
 	h.say("SIGCONT %s after %s (probe reclaimed by a peer: %v)", p.id, end.Sub(at).Round(time.Millisecond), reclaimed)
+	// Let the resumed worker finish its stale attempt (its completion is fenced off)
+	// before the next fault can take it down.
+	ledger := filepath.Join(h.ledgerDir, fmt.Sprintf("ledger-%s-%d.log", p.id, p.pid()))
+	finish := fmt.Sprintf(" %s %s %d %s %d ", s.Queue, id, attempt, p.id, p.pid())
+	waitFor(ctx, 10*time.Second, func() bool {
+		b, _ := os.ReadFile(ledger)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "F ") && strings.Contains(line+" ", finish) {
+				return true
+			}
+		}
+		return false
+	})
 	return nil
 }
 
@@ -308,13 +326,34 @@ func (h *harness) waitQuiet(ctx context.Context, limit time.Duration) bool {
 			return true
 		}
 		if time.Since(last) > 5*time.Second {
-			h.say("waiting: %d tasks not ended, %d items left in Redis (err %v)", open, left, err)
+			h.say("waiting: %d tasks not ended (%s), %d items left in Redis (err %v)", open, h.someOpen(ctx), left, err)
 			last = time.Now()
 		}
 		if time.Now().After(deadline) || !sleepCtx(ctx, 100*time.Millisecond) {
 			return false
 		}
 	}
+}
+
+// someOpen describes a few tasks that have not ended, for the progress log.
+func (h *harness) someOpen(ctx context.Context) string {
+	h.mu.Lock()
+	specs := append([]Spec(nil), h.specs...)
+	h.mu.Unlock()
+	var out []string
+	for _, s := range specs {
+		v, err := h.rdb.HMGet(ctx, h.ks.Queue(s.Queue).Task(s.ID), "status", "attempt", "worker", "run_at").Result()
+		if err != nil || len(v) != 4 {
+			continue
+		}
+		if st, _ := v[0].(string); st != "succeeded" && st != "dead" && st != "cancelled" {
+			out = append(out, fmt.Sprintf("%s/%s %v attempt %v on %v run_at %v", s.Queue, s.ID, v[0], v[1], v[2], v[3]))
+			if len(out) == 3 {
+				break
+			}
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // finish reads the task records and the ledger and checks the invariants.

@@ -31,20 +31,27 @@ func startRedis(dir string) (*redisServer, error) {
 	if err != nil {
 		return nil, errors.New("chaos: redis-server is not on PATH (apt-get install -y redis-server)")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+	// A free port can be taken by someone else between our probe and redis-server's
+	// bind: try a few.
+	for try := 0; ; try++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		s := &redisServer{port: port, dir: dir, args: []string{bin,
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "",
+			"--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no",
+			"--logfile", filepath.Join(dir, "redis.log")}}
+		err = s.launch()
+		if err == nil {
+			return s, nil
+		}
+		if try == 4 {
+			return nil, err
+		}
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	s := &redisServer{port: port, dir: dir, args: []string{bin,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "",
-		"--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no",
-		"--logfile", filepath.Join(dir, "redis.log")}}
-	if err := s.launch(); err != nil {
-		return nil, err
-	}
-	return s, nil
 }
 
 func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
@@ -62,8 +69,13 @@ func (s *redisServer) launch() error {
 	s.mu.Unlock()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if pingRaw(s.addr()) {
-			return nil
+		if pid, ok := serverPID(s.addr()); ok {
+			if pid == cmd.Process.Pid {
+				return nil
+			}
+			_ = cmd.Process.Kill() // another redis-server holds the port
+			<-done
+			return fmt.Errorf("chaos: port %d is taken by another redis-server (pid %d)", s.port, pid)
 		}
 		select {
 		case <-done:
@@ -78,21 +90,31 @@ func (s *redisServer) launch() error {
 	}
 }
 
-// pingRaw reports whether a Redis answers PING on addr (+PONG, or -LOADING while it
-// replays its AOF does not count).
-func pingRaw(addr string) bool {
+// serverPID returns the process id of the Redis answering on addr, once it serves
+// (while it replays its AOF it answers -LOADING, which does not count).
+func serverPID(addr string) (int, bool) {
 	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
-		return false
+		return 0, false
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return false
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+		return 0, false
 	}
-	buf := make([]byte, 16)
-	n, _ := c.Read(buf)
-	return strings.HasPrefix(string(buf[:n]), "+PONG")
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for !strings.Contains(b.String(), "process_id:") || !strings.Contains(b.String()[strings.Index(b.String(), "process_id:"):], "\r\n") {
+		n, err := c.Read(buf)
+		b.Write(buf[:n])
+		if err != nil || strings.HasPrefix(b.String(), "-") {
+			return 0, false
+		}
+	}
+	text := b.String()
+	i := strings.Index(text, "process_id:") + len("process_id:")
+	pid, err := strconv.Atoi(strings.TrimSpace(text[i : i+strings.Index(text[i:], "\r\n")]))
+	return pid, err == nil
 }
 
 // kill sends SIGKILL and waits for the process to be gone.

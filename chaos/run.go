@@ -105,7 +105,7 @@ type Report struct {
 	Findings
 
 	Elapsed time.Duration `json:"elapsed_ns"`
-	Quiesce time.Duration `json:"quiesce_ns"` // from the last enqueue and fault to every task ended
+	Quiesce time.Duration `json:"quiesce_ns"` // from the last fault, enqueue or due time to every task ended
 	Faults  []Fault       `json:"faults"`
 	Dir     string        `json:"dir,omitempty"`
 }
@@ -151,9 +151,9 @@ func (r Report) String() string {
 	p("  skipped attempts  %d (claimed, never started: worker killed between claim and start, or reply lost)", r.SkippedAttempts)
 	p("  crashes           %d, data races %d, leftover %d", r.Crashes, r.DataRaces, r.Leftover)
 	if r.LoopRestarts > 0 {
-		p("  loop restarts     %d during the faults, %d after them", r.LoopRestarts-r.LoopRestartsAfter, r.LoopRestartsAfter)
+		p("  loop restarts     %d during and right after the faults, %d in a healthy batch after the run settled", r.LoopRestarts-r.LoopRestartsAfter, r.LoopRestartsAfter)
 	}
-	p("  quiesce           %s after the last fault and enqueue (run %s)", r.Quiesce.Round(time.Millisecond), r.Elapsed.Round(time.Millisecond))
+	p("  quiesce           %s after the last fault, enqueue and due time (run %s)", r.Quiesce.Round(time.Millisecond), r.Elapsed.Round(time.Millisecond))
 	if v := r.Violations(); len(v) > 0 {
 		p("  VIOLATIONS        %s", strings.Join(v, "; "))
 		for _, s := range r.Problems {
@@ -212,12 +212,13 @@ func (o *Options) defaults() {
 
 // harness is one run in progress.
 type harness struct {
-	o     Options
-	runID string
-	rng   *mrand.Rand
-	rngMu sync.Mutex
-	start time.Time
-	say   func(string, ...any)
+	o         Options
+	runID     string
+	ledgerDir string
+	rng       *mrand.Rand
+	rngMu     sync.Mutex
+	start     time.Time
+	say       func(string, ...any)
 
 	srv   *redisServer
 	proxy *Proxy
@@ -299,6 +300,7 @@ func (h *harness) jitter(d time.Duration) time.Duration {
 func (h *harness) run(ctx context.Context, dir string) (Report, error) {
 	o := h.o
 	ledgerDir := filepath.Join(dir, "ledger")
+	h.ledgerDir = ledgerDir
 	if err := os.MkdirAll(ledgerDir, 0o755); err != nil {
 		return h.rep, err
 	}
@@ -394,16 +396,32 @@ func (h *harness) run(ctx context.Context, dir string) (Report, error) {
 	}
 	calm := time.Now()
 	h.say("all %d tasks enqueued and all faults injected; waiting for every task to end", len(h.specs))
-	restarts := 0
-	if h.ip != nil {
-		restarts = h.ip.loopRestarts()
-	}
 	h.rep.Quiesced = h.waitQuiet(ctx, o.Deadline)
-	h.rep.Quiesce = time.Since(calm)
-	h.say("quiesced=%v after %s; stopping workers", h.rep.Quiesced, h.rep.Quiesce.Round(time.Millisecond))
+	// Time to quiesce counts from the last fault, enqueue or due time of a delayed task,
+	// whichever came last: waiting for a task's due time is the schedule, not recovery.
+	from := calm
+	h.mu.Lock()
+	for _, s := range h.specs {
+		if s.RunAt.After(from) {
+			from = s.RunAt
+		}
+	}
+	h.mu.Unlock()
+	h.rep.Quiesce = max(0, time.Since(from))
+	h.say("quiesced=%v %s after the last fault, enqueue and due time", h.rep.Quiesced, h.rep.Quiesce.Round(time.Millisecond))
 	if h.ip != nil {
+		// A crash loop shows as loops restarting while Redis is healthy: count the
+		// restarts while the workers run one more batch after everything settled.
+		before := h.ip.loopRestarts()
+		if h.rep.Quiesced {
+			if err := h.finalBatch(ctx); err != nil {
+				return h.rep, err
+			}
+			h.rep.Quiesced = h.waitQuiet(ctx, o.Deadline)
+		}
 		h.rep.LoopRestarts = h.ip.loopRestarts()
-		h.rep.LoopRestartsAfter = h.rep.LoopRestarts - restarts
+		h.rep.LoopRestartsAfter = h.rep.LoopRestarts - before
+		h.say("stopping workers")
 		h.ip.stopAll(o.DrainTimeout + 10*time.Second)
 	} else {
 		for _, p := range h.sup.current() {
@@ -421,6 +439,18 @@ func (h *harness) startSlot(slot int) (*proc, error) {
 		return nil, h.ip.start(slot, "DTQ_QUEUES="+h.queuesOf(slot))
 	}
 	return h.sup.start(slot, "DTQ_QUEUES="+h.queuesOf(slot))
+}
+
+// finalBatch enqueues a last 50 quick tasks once the run has settled.
+func (h *harness) finalBatch(ctx context.Context) error {
+	specs := make([]Spec, 50)
+	tasks := make([]client.Task, 50)
+	for i := range specs {
+		q := h.o.Queues[i%len(h.o.Queues)]
+		specs[i] = Spec{Queue: q, ID: fmt.Sprintf("final%03d", i), Function: "noop", Priority: i % 10, MaxRetries: 3}
+		tasks[i] = client.Task{Queue: q, ID: specs[i].ID, Function: "noop", Priority: i % 10, MaxRetries: client.Retries(3)}
+	}
+	return h.enqueue(ctx, specs, tasks)
 }
 
 // spec draws one task of the mix.
