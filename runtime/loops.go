@@ -136,6 +136,13 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 		w.publish(Event{Type: EventLeaderLost})
 	}
 	w.setKnownQueues(names.Val())
+	if w.passes.Add(1)%60 == 0 {
+		if n, err := liveness.Prune(ctx, w.rdb, w.ks); err != nil {
+			w.log.Warn("scheduler: pruning the workers set failed", "err", err)
+		} else if n > 0 {
+			w.log.Info("scheduler: pruned expired workers", "count", n)
+		}
+	}
 	for i, q := range qs {
 		due, stale, _, err := lua.SchedClaimResult(q, claims[i])
 		if err != nil {

@@ -84,6 +84,7 @@ type Worker struct {
 	blocker  *blocker
 	leader   atomic.Bool
 	lastBeat atomic.Int64 // unix ns of the last heartbeat written
+	passes   atomic.Int64 // scheduler passes led
 
 	knownMu sync.Mutex
 	known   []string // every queue ever enqueued to, as of the scheduler's last pass

@@ -149,3 +149,32 @@ func msTime(s string) time.Time {
 	}
 	return time.UnixMilli(n)
 }
+
+// Prune removes from the workers set the ids whose heartbeat hash has expired (workers
+// gone for more than 3× their interval) and returns how many it removed. The scheduler
+// leader runs it now and then, so the set does not grow with every pod ever started.
+func Prune(ctx context.Context, c redis.UniversalClient, ks keys.Space) (int, error) {
+	ids, err := c.SMembers(ctx, ks.Workers()).Result()
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	cmds := make([]*redis.IntCmd, len(ids))
+	if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Exists(ctx, ks.Worker(id))
+		}
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	var gone []any
+	for i, id := range ids {
+		if cmds[i].Val() == 0 {
+			gone = append(gone, id)
+		}
+	}
+	if len(gone) == 0 {
+		return 0, nil
+	}
+	return len(gone), c.SRem(ctx, ks.Workers(), gone...).Err()
+}

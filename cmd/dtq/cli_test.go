@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/dtq/dtq/client"
+	"github.com/dtq/dtq/internal/redistest"
+	"github.com/dtq/dtq/runtime"
+)
+
+// A bad environment value exits 2 with one line naming the variable.
+func TestWorkerBadEnvExits2WithOneLine(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ env, name string }{
+		{"DTQ_WORKER_CONCURRENCY=lots", "DTQ_WORKER_CONCURRENCY"},
+		{"DTQ_HEARTBEAT_INTERVAL_S=60", "DTQ_HEARTBEAT_INTERVAL_S"},
+		{"DTQ_QUEUES=a{b}", "DTQ_QUEUES"},
+		{"PORT=-1", "PORT"},
+		{"DTQ_REDIS_URL=mysql://x", "DTQ_REDIS_URL"},
+	} {
+		out, errOut, code := dtq(t, []string{c.env}, "worker")
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		if code != 2 || len(lines) != 1 || !strings.Contains(lines[0], c.name) || out != "" {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2 and one line naming %s", c.env, code, errOut, c.name)
+		}
+	}
+}
+
+// --help lists every flag and every environment variable with its default.
+func TestHelpListsEveryVariable(t *testing.T) {
+	t.Parallel()
+	out, _, code := dtq(t, nil, "worker", "--help")
+	if code != 0 {
+		t.Fatalf("worker --help exit %d", code)
+	}
+	for _, v := range runtime.EnvVars() {
+		if !strings.Contains(out, v.Name) || !strings.Contains(out, "["+v.Default+"]") {
+			t.Errorf("worker --help lacks %s [%s]", v.Name, v.Default)
+		}
+	}
+	out, _, code = dtq(t, nil, "enqueue", "--help")
+	for _, f := range []string{"-queue", "-function", "-priority", "-payload", "-delay", "-max-retries", "-unique", "DTQ_REDIS_URL"} {
+		if code != 0 || !strings.Contains(out, f) {
+			t.Errorf("enqueue --help lacks %s", f)
+		}
+	}
+	if _, _, code := dtq(t, nil, "nosuchcommand"); code != 2 {
+		t.Errorf("unknown command exit %d, want 2", code)
+	}
+}
+
+// enqueue prints an id; inspect prints the task and the queue as JSON; bad input exits 2.
+func TestEnqueueAndInspect(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	env := []string{"DTQ_REDIS_URL=" + srv.URL(), "DTQ_KEY_PREFIX=" + redistest.Prefix(t)}
+	out, errOut, code := dtq(t, env, "enqueue", "--queue", "mail", "--function", "echo", "--priority", "7", "--payload", `{"a":1}`, "--unique", "u1")
+	id := strings.TrimSpace(out)
+	if code != 0 || id == "" {
+		t.Fatalf("enqueue: exit %d out %q err %q", code, out, errOut)
+	}
+	out, _, code = dtq(t, env, "enqueue", "--queue", "mail", "--function", "echo", "--unique", "u1")
+	if code != 0 || strings.TrimSpace(out) != id {
+		t.Fatalf("second enqueue with the same unique key printed %q, want %q", out, id)
+	}
+	out, _, code = dtq(t, env, "inspect", "task", "--queue", "mail", id)
+	var ti client.TaskInfo
+	if code != 0 || json.Unmarshal([]byte(out), &ti) != nil || ti.ID != id || ti.Status != "queued" || ti.Priority != 7 || ti.Function != "echo" {
+		t.Fatalf("inspect task: exit %d, %s", code, out)
+	}
+	out, _, code = dtq(t, env, "inspect", "queue", "mail")
+	var qi client.QueueInfo
+	if code != 0 || json.Unmarshal([]byte(out), &qi) != nil || qi.Lag != 1 || qi.Priorities[2].Priority != 7 || qi.Priorities[2].Lag != 1 {
+		t.Fatalf("inspect queue: exit %d, %s", code, out)
+	}
+	for _, args := range [][]string{
+		{"enqueue", "--queue", "mail", "--function", "echo", "--priority", "12"},
+		{"enqueue", "--queue", "bad{queue}", "--function", "echo"},
+		{"enqueue", "--queue", "mail"},
+	} {
+		if _, errOut, code := dtq(t, env, args...); code != 2 || errOut == "" {
+			t.Errorf("%v: exit %d stderr %q, want 2 and a reason", args, code, errOut)
+		}
+	}
+	if _, _, code := dtq(t, env, "inspect", "task", "--queue", "mail", "nope"); code != 1 {
+		t.Errorf("inspect of a missing task: exit %d, want 1", code)
+	}
+}
