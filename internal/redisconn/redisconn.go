@@ -118,7 +118,9 @@ func scrub(err error, u *url.URL) string {
 // Redact returns rawURL with its password replaced, fit for logs and errors.
 func Redact(rawURL string) string {
 	u, err := url.Parse(rawURL)
-	if err != nil {
+	// Without a scheme and a host, the user info is not where url.Parse looks for it
+	// ("redis//u:pw@h" is a path, "#://u:pw@h" a fragment): show nothing of it.
+	if err != nil || u.Scheme == "" || u.Opaque != "" || u.Host == "" {
 		return "(unparsable URL)"
 	}
 	if u.User != nil {
@@ -126,5 +128,13 @@ func Redact(rawURL string) string {
 			u.User = url.UserPassword(u.User.Username(), "xxxxx")
 		}
 	}
+	u.Fragment, u.RawFragment = "", ""
+	q := u.Query()
+	for k := range q {
+		if strings.Contains(strings.ToLower(k), "pass") {
+			q.Set(k, "xxxxx")
+		}
+	}
+	u.RawQuery = q.Encode()
 	return u.Redacted()
 }
