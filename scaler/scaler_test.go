@@ -615,3 +615,41 @@ func TestHTTPEndpoints(t *testing.T) {
 		t.Error("ready after Stop")
 	}
 }
+
+func TestStartStopStress(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	for i := 0; i < 20; i++ {
+		s, err := New(testConfig(redistest.Prefix(t)), c, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Serve(gl, nil)
+		if i%2 == 0 { // with a stream open, and without
+			cc, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := pb.NewExternalScalerClient(cc).StreamIsActive(ctxT(t), ref("queues", "stress"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(); err != nil {
+				t.Fatal(err)
+			}
+			s.Stop()
+			if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+				t.Fatalf("round %d: stream after Stop: %v", i, err)
+			}
+			_ = cc.Close()
+		}
+		s.Stop()
+		s.Stop()
+	}
+}
