@@ -28,6 +28,10 @@ type Fault struct {
 	PID    int       `json:"pid,omitempty"`
 	At     time.Time `json:"at"`
 	End    time.Time `json:"end"` // when the process was gone, resumed or Redis answered again
+	// Silences, for a Redis fault, is how long after it a worker may count as having gone
+	// silent: its heartbeats and completions did not reach Redis, so a peer may take its
+	// task over once the visibility timeout passed (the harness sets 2× that timeout).
+	Silences time.Duration `json:"silences_ns,omitempty"`
 }
 
 // Spec is a task as the harness enqueued it.
@@ -66,8 +70,9 @@ type Findings struct {
 	Reexecutions    int `json:"reexecutions"`     // a next attempt after one that did not fail
 	ReexecKill      int `json:"reexec_kill"`
 	ReexecFreeze    int `json:"reexec_freeze"`
-	ReexecTerm      int `json:"reexec_term"` // drain deadline passed, function cancelled, handed back
-	Unexplained     int `json:"unexplained"` // re-executions no fault on their worker explains
+	ReexecTerm      int `json:"reexec_term"`  // drain deadline passed, function cancelled, handed back
+	ReexecRedis     int `json:"reexec_redis"` // the worker's heartbeats could not reach Redis (a Redis fault)
+	Unexplained     int `json:"unexplained"`  // re-executions no fault on their worker explains
 	// LateFinishes are executions that finished after a newer attempt of their task had
 	// started (a frozen worker resuming): their completion must have been fenced off.
 	LateFinishes int `json:"late_finishes"`
@@ -162,13 +167,15 @@ func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Faul
 				continue
 			}
 			f.Reexecutions++
-			switch explain(prev, cur, faultsOf[prev.PID]) {
+			switch explain(prev, cur, append(faultsOf[prev.PID], faultsOf[0]...)) {
 			case FaultKill, FaultLeaderKill:
 				f.ReexecKill++
 			case FaultFreeze:
 				f.ReexecFreeze++
 			case FaultTerm:
 				f.ReexecTerm++
+			case "redis":
+				f.ReexecRedis++
 			default:
 				f.Unexplained++
 				f.problem("unexplained re-execution: %s/%s attempt %d (%s pid %d, started %s, finish %q) ran again as attempt %d on %s at %s",
@@ -234,6 +241,14 @@ func explain(prev, cur *Exec, faults []Fault) string {
 	best := ""
 	for _, ft := range faults {
 		if ft.At.After(cur.Start) {
+			continue
+		}
+		if ft.PID == 0 {
+			// A Redis fault silences every worker for a while: attempt N, running when it
+			// hit, may be taken over soon after.
+			if ft.Silences > 0 && !prev.Start.After(ft.End) && cur.Start.Sub(ft.End) <= ft.Silences {
+				best = "redis"
+			}
 			continue
 		}
 		end := ft.End

@@ -80,6 +80,8 @@ func TestAnalyzeCatchesEveryViolation(t *testing.T) {
 		{Queue: "q", ID: "resumed", Function: "noop", MaxRetries: 3},
 		{Queue: "q", ID: "resumedlate", Function: "noop", MaxRetries: 3},
 		{Queue: "q", ID: "signalled", Function: "noop", MaxRetries: 3},
+		{Queue: "q", ID: "cutoff", Function: "noop", MaxRetries: 3},
+		{Queue: "q", ID: "cutofflate", Function: "noop", MaxRetries: 3},
 	}
 	finals := map[string]chaos.Final{
 		"q\x00lost":        {Status: "running", Attempt: 1},
@@ -99,6 +101,8 @@ func TestAnalyzeCatchesEveryViolation(t *testing.T) {
 		"q\x00resumed":     ok("w2", "2"),
 		"q\x00resumedlate": ok("w2", "2"),
 		"q\x00signalled":   ok("w2", "2"),
+		"q\x00cutoff":      ok("w2", "2"),
+		"q\x00cutofflate":  ok("w2", "2"),
 	}
 	execs := []*chaos.Exec{
 		ex("lost", 1, "w1", 10, 0, 0, ""),
@@ -135,6 +139,11 @@ func TestAnalyzeCatchesEveryViolation(t *testing.T) {
 		// started between the harness noting the kill and the signal landing
 		ex("signalled", 1, "w1", 14, 51, 0, ""),
 		ex("signalled", 2, "w2", 20, 300, 310, chaos.OutcomeOK),
+		// running when Redis restarted, taken over soon after: explained; long after: not
+		ex("cutoff", 1, "w1", 15, 1000, 1100, chaos.OutcomeOK),
+		ex("cutoff", 2, "w2", 20, 3000, 3010, chaos.OutcomeOK),
+		ex("cutofflate", 1, "w1", 15, 1000, 1100, chaos.OutcomeOK),
+		ex("cutofflate", 2, "w2", 20, 9000, 9010, chaos.OutcomeOK),
 		{Queue: "q", Task: "stranger", Attempt: 1, Worker: "w1", PID: 10, Start: at(0)},
 	}
 	faults := []chaos.Fault{
@@ -142,13 +151,15 @@ func TestAnalyzeCatchesEveryViolation(t *testing.T) {
 		{Kind: chaos.FaultTerm, Worker: "w1", PID: 12, At: at(10)},
 		{Kind: chaos.FaultFreeze, Worker: "w1", PID: 13, At: at(10), End: at(400)},
 		{Kind: chaos.FaultKill, Worker: "w1", PID: 14, At: at(50), End: at(52)},
+		{Kind: chaos.FaultRedisRestart, At: at(1050), End: at(1500), Silences: 2 * time.Second},
 	}
 	f := chaos.Analyze(specs, finals, execs, faults)
 	want := map[string][2]int{
 		"Lost":             {f.Lost, 2},
 		"DuplicateStarts":  {f.DuplicateStarts, 1},
-		"Unexplained":      {f.Unexplained, 3}, // rerun, termok, resumedlate
-		"ReexecKill":       {f.ReexecKill, 3},  // killed, skipped (attempt 1 → 3), signalled
+		"Unexplained":      {f.Unexplained, 4}, // rerun, termok, resumedlate, cutofflate
+		"ReexecRedis":      {f.ReexecRedis, 1},
+		"ReexecKill":       {f.ReexecKill, 3}, // killed, skipped (attempt 1 → 3), signalled
 		"ReexecTerm":       {f.ReexecTerm, 1},
 		"ReexecFreeze":     {f.ReexecFreeze, 3}, // frozen, overwritten, resumed
 		"LateFinishes":     {f.LateFinishes, 4},

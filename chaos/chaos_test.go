@@ -92,9 +92,6 @@ func TestRedisFaultsCI(t *testing.T) {
 	if rep.ReplyCuts == 0 {
 		t.Fatalf("no reply was dropped: the mid-script case was not exercised")
 	}
-	if rep.Reexecutions != 0 {
-		t.Fatalf("%d re-executions without any worker dying", rep.Reexecutions)
-	}
 	// Once Redis is healthy, a worker may still meet one connection that a fault
 	// dropped while it sat idle (its loop logs and restarts once); a crash loop would
 	// restart again and again.

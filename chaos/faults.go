@@ -98,13 +98,13 @@ func (h *harness) inject(ctx context.Context, kind string, n int) error {
 			return err
 		}
 		end := time.Now()
-		h.addFault(Fault{Kind: FaultRedisRestart, At: at, End: end})
+		h.addFault(Fault{Kind: FaultRedisRestart, Silences: 2 * h.o.VisibilityTimeout, At: at, End: end})
 		h.count(func(r *Report) { r.RedisRestarts++ })
 		h.say("redis-server killed (-9) and restarted on its AOF: down %s", end.Sub(at).Round(time.Millisecond))
 	case FaultCut:
 		at := time.Now()
 		dropped := h.proxy.CutAll()
-		h.addFault(Fault{Kind: FaultCut, At: at, End: at})
+		h.addFault(Fault{Kind: FaultCut, Silences: 2 * h.o.VisibilityTimeout, At: at, End: at})
 		h.count(func(r *Report) { r.ConnCuts++ })
 		h.say("dropped all %d worker connections", dropped)
 	case FaultOutage:
@@ -114,7 +114,7 @@ func (h *harness) inject(ctx context.Context, kind string, n int) error {
 		sleepCtx(ctx, 300*time.Millisecond+time.Duration(h.intn(700))*time.Millisecond)
 		h.proxy.Refuse(false)
 		end := time.Now()
-		h.addFault(Fault{Kind: FaultOutage, At: at, End: end})
+		h.addFault(Fault{Kind: FaultOutage, Silences: 2 * h.o.VisibilityTimeout, At: at, End: end})
 		h.count(func(r *Report) { r.Outages++ })
 		h.say("Redis unreachable for %s (connections dropped and refused)", end.Sub(at).Round(time.Millisecond))
 	case FaultDelay:
@@ -123,7 +123,7 @@ func (h *harness) inject(ctx context.Context, kind string, n int) error {
 		h.proxy.SetDelay(d)
 		sleepCtx(ctx, 2*time.Second)
 		h.proxy.SetDelay(0)
-		h.addFault(Fault{Kind: FaultDelay, At: at, End: time.Now()})
+		h.addFault(Fault{Kind: FaultDelay, Silences: 2 * h.o.VisibilityTimeout, At: at, End: time.Now()})
 		h.count(func(r *Report) { r.Delays++ })
 		h.say("every packet delayed by %s for 2s", d)
 	case FaultReplyCut:
@@ -143,7 +143,7 @@ func (h *harness) inject(ctx context.Context, kind string, n int) error {
 		at := time.Now()
 		h.proxy.CutOnReply(t.match, 1)
 		if waitFor(ctx, 10*time.Second, func() bool { return h.proxy.Armed() == 0 }) {
-			h.addFault(Fault{Kind: FaultReplyCut, At: at, End: time.Now()})
+			h.addFault(Fault{Kind: FaultReplyCut, Silences: 2 * h.o.VisibilityTimeout, At: at, End: time.Now()})
 			h.count(func(r *Report) { r.ReplyCuts++ })
 			h.say("dropped the reply to %s after Redis ran it", t.name)
 		} else {

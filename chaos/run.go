@@ -145,7 +145,7 @@ func (r Report) String() string {
 	p("  outcome           %d succeeded, %d dead (%d planned, %d out of retries after lost workers)", r.Succeeded, r.Dead, r.DeadPlanned, r.DeadWorkerLost)
 	p("  lost              %d", r.Lost)
 	p("  duplicate starts  %d", r.DuplicateStarts)
-	p("  re-executions     %d (kill %d, freeze %d, drain deadline %d, unexplained %d)", r.Reexecutions, r.ReexecKill, r.ReexecFreeze, r.ReexecTerm, r.Unexplained)
+	p("  re-executions     %d (kill %d, freeze %d, drain deadline %d, worker cut off by a Redis fault %d, unexplained %d)", r.Reexecutions, r.ReexecKill, r.ReexecFreeze, r.ReexecTerm, r.ReexecRedis, r.Unexplained)
 	p("  late completions  %d fenced off (frozen workers resuming)", r.LateFinishes)
 	p("  retries           %d (planned failures)", r.Retries)
 	p("  skipped attempts  %d (claimed, never started: worker killed between claim and start, or reply lost)", r.SkippedAttempts)
