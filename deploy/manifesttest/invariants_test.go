@@ -133,19 +133,16 @@ func TestScalerPod(t *testing.T) {
 			t.Errorf("%s: args %q, want [scaler]", p.what, c.Args)
 		}
 		env := effectiveEnv(t, objs, p, c)
-		port, err := strconv.Atoi(env["PORT"])
-		if err != nil {
-			t.Errorf("%s: PORT %q: %v", p.what, env["PORT"], err)
-		}
-		checkProbes(t, p.what, c, port, "/healthz", "/readyz", true)
+		cfg := scalerConfig(t, p.what, env, &p)
+		port := cfg.Port
+		checkProbes(t, p.what, c, port, scalerHealthz, scalerReadyz, true)
 		checkLockedDown(t, p, c)
 		grpcPort := scalerGRPCPort(t, p, c, env)
 		if grpcPort == port {
 			t.Errorf("%s: gRPC and HTTP on the same port %d", p.what, port)
 		}
-		shutdown, _ := strconv.ParseFloat(env["DTQ_SCALER_SHUTDOWN_TIMEOUT_S"], 64)
-		if g := p.spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= seconds(shutdown) {
-			t.Errorf("%s: terminationGracePeriodSeconds %v not above DTQ_SCALER_SHUTDOWN_TIMEOUT_S %v", p.what, g, shutdown)
+		if g := p.spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= cfg.ShutdownTimeout() {
+			t.Errorf("%s: terminationGracePeriodSeconds %v not above DTQ_SCALER_SHUTDOWN_TIMEOUT_S %v", p.what, g, cfg.ShutdownTimeout())
 		}
 	}
 }
