@@ -240,6 +240,14 @@ func (b *blocker) read(ctx context.Context, consumer string, streams []string, b
 	}
 	conn, err := b.connection(ctx)
 	if err != nil {
+		if ctx.Err() == nil && isRedisError(err) {
+			// The server refuses CLIENT ID (an ACL without it, a proxy, an embedded
+			// server): block on the pool with a short block instead, as on a cluster.
+			b.mu.Lock()
+			b.single = nil
+			b.mu.Unlock()
+			return b.read(ctx, consumer, streams, block)
+		}
 		return nil, err
 	}
 	res, err := conn.XReadGroup(ctx, args).Result()
@@ -250,6 +258,13 @@ func (b *blocker) read(ctx context.Context, consumer string, streams []string, b
 		b.reset() // a broken connection gets a new one (and a new CLIENT ID)
 	}
 	return res, err
+}
+
+// isRedisError reports whether err is an error reply from the server (not a network
+// or context error).
+func isRedisError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
 }
 
 func (b *blocker) connection(ctx context.Context) (*redis.Conn, error) {
