@@ -62,6 +62,8 @@ type Config struct {
 	LogFormat string `env:"DTQ_LOG_FORMAT, default=auto"`
 	// LogLevel: debug, info, warn, error.
 	LogLevel string `env:"DTQ_LOG_LEVEL, default=info"`
+	// Pprof serves net/http/pprof under /debug/pprof/ on PORT.
+	Pprof bool `env:"DTQ_PPROF, default=false"`
 }
 
 // EnvVar describes one variable for --help.
@@ -92,6 +94,7 @@ func EnvVars() []EnvVar {
 		{"DTQ_DEFAULT_TIMEOUT_S", "1800", "function time limit when none is set (0 = none)"},
 		{"DTQ_LOG_FORMAT", "auto", "json, text or auto"},
 		{"DTQ_LOG_LEVEL", "info", "debug, info, warn, error"},
+		{"DTQ_PPROF", "false", "serve /debug/pprof/ on PORT (profiling)"},
 	}
 }
 

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"net/http"
+	_ "net/http/pprof" // registers /debug/pprof/ on http.DefaultServeMux, served only with DTQ_PPROF
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -31,5 +32,8 @@ func (w *Worker) Handler() http.Handler {
 		return c.JSON(code, map[string]any{"ready": code == http.StatusOK, "worker_id": w.id, "status": w.status(), "inflight": w.inflight.Load()})
 	})
 	e.GET(PathMetrics, echo.WrapHandler(promhttp.HandlerFor(w.metrics.reg, promhttp.HandlerOpts{})))
+	if w.cfg.Pprof {
+		e.GET("/debug/pprof/*", echo.WrapHandler(http.DefaultServeMux))
+	}
 	return e
 }
