@@ -534,7 +534,12 @@ func (h *harness) enqueue(ctx context.Context, specs []Spec, tasks []client.Task
 			default:
 				s := specs[i]
 				if tasks[i].Delay > 0 {
+					// The due time is the record's: an earlier try whose reply was lost
+					// may have created the task (this one then found it).
 					s.RunAt = now.Add(tasks[i].Delay).Truncate(time.Millisecond)
+					if ms, err := h.rdb.HGet(ctx, h.ks.Queue(s.Queue).Task(s.ID), "run_at").Int64(); err == nil && ms > 0 {
+						s.RunAt = time.UnixMilli(ms)
+					}
 					h.mu.Lock()
 					h.rep.Delayed++
 					h.mu.Unlock()
