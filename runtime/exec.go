@@ -125,13 +125,17 @@ func (w *Worker) execute(e *execution) {
 	if timeout <= 0 {
 		timeout = w.defTimeout
 	}
-	ctx, cancel := w.runCtx, context.CancelFunc(func() {})
+	var ctx context.Context = w.runCtx
+	var tctx *taskCtx
 	if timeout > 0 {
-		ctx, cancel = context.WithTimeout(w.runCtx, timeout)
+		tctx = newTaskCtx(w.runCtx, timeout)
+		ctx = tctx
 	}
 	began := time.Now()
 	res, err := call(ctx, e.fn.fn, t)
-	cancel()
+	if tctx != nil {
+		tctx.release()
+	}
 	fm := w.metrics.fn(e.fnLabel)
 	fm.duration.Observe(time.Since(began).Seconds())
 	if err != nil && w.runCtx.Err() != nil {
