@@ -653,3 +653,61 @@ func TestStartStopStress(t *testing.T) {
 		s.Stop()
 	}
 }
+
+// TestPushWithoutClientCommands: a locked-down Redis user may not run CLIENT ID or
+// CLIENT UNBLOCK; push still works, new streams are picked up within the poll interval.
+func TestPushWithoutClientCommands(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	admin := srv.Client(t)
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", "scaler", "on", ">pw", "~*", "&*", "+@all", "-client").Err(); err != nil {
+		t.Fatal(err)
+	}
+	prefix := redistest.Prefix(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "scaler", Password: "pw"})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.ClientID(context.Background()).Err(); err == nil {
+		t.Fatal("precondition: CLIENT ID allowed")
+	}
+	s, err := New(testConfig(prefix), c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Serve(gl, nil)
+	t.Cleanup(s.Stop)
+	cc, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	cli := pb.NewExternalScalerClient(cc)
+	sd := seed{t, c, keys.New(prefix)}
+	blocked := make(chan struct{}, 1)
+	hook := func() {
+		select {
+		case blocked <- struct{}{}:
+		default:
+		}
+	}
+	s.watch.beforeBlock.Store(&hook)
+	for _, q := range []string{"acl1", "acl2"} { // the second opens while the first blocks
+		st, err := cli.StreamIsActive(ctxT(t), ref("queues", q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := st.Recv(); err != nil || r.Result {
+			t.Fatalf("%s first = %v, %v", q, r, err)
+		}
+		select { // it blocks on the streams rather than retrying the connection
+		case <-blocked:
+		case <-ctxT(t).Done():
+			t.Fatal("the push loop never reached its blocking read")
+		}
+		sd.add(q, 9, 1)
+		recvUntil(t, st, true)
+	}
+}

@@ -140,10 +140,10 @@ func (w *watcher) count() int {
 // reached Redis yet is caught by a retry.
 func (w *watcher) unblock() {
 	e := w.epoch.Load()
-	if e%2 == 0 {
+	id := w.readerID.Load()
+	if e%2 == 0 || id == 0 {
 		return
 	}
-	id := w.readerID.Load()
 	for try := 0; try < 50 && w.epoch.Load() == e; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 		n, err := w.c.ClientUnblock(ctx, id).Result()
@@ -262,6 +262,12 @@ func (w *watcher) run() {
 			ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 			id, err := conn.ClientID(ctx).Result()
 			cancel()
+			if err != nil && queuestat.IsServerError(err) {
+				// An ACL without CLIENT: block on the connection all the same, but no
+				// longer than poll, since nothing can interrupt the read for a new
+				// subscription.
+				id, err = 0, nil
+			}
 			if err != nil {
 				_ = conn.Close()
 				conn = nil
@@ -283,6 +289,9 @@ func (w *watcher) run() {
 			w.epoch.Add(1)
 			return
 		default:
+		}
+		if w.readerID.Load() == 0 {
+			d = min(d, w.poll)
 		}
 		if h := w.beforeBlock.Load(); h != nil {
 			(*h)()
