@@ -21,6 +21,8 @@
 -- KEYS[11]    paused flag          PREFIX:{Q}:paused
 -- KEYS[12]    task key prefix      PREFIX:{Q}:t:
 -- KEYS[13]    dead zset            PREFIX:{Q}:dead
+-- KEYS[14]    receipt of this call PREFIX:{Q}:r:CALL
+-- KEYS[15]    receipt of the caller's previous call on this queue (deleted: it got its reply)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer (worker id)
 -- ARGV[3]  now ms
@@ -31,6 +33,10 @@
 -- ARGV[8]  queue name
 -- ARGV[9]  n: entries already delivered to this consumer (from a blocking XREADGROUP)
 -- ARGV[10..] n pairs: band, entry id
+--
+-- A call resent after its reply was lost (a dropped connection; go-redis resends) finds
+-- its receipt and gets the same reply: nothing it claimed is stranded. Receipts live 60 s
+-- at most; the caller's next call on the queue deletes the previous one.
 --
 -- returns {started, absorbed, invalid, paused}
 --   started:  list of {entry, band, id, attempt, function, payload, timeout_ms,
@@ -43,6 +49,14 @@ local group, consumer, now = ARGV[1], ARGV[2], ARGV[3]
 local mode, want, maxpayload = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local minidle, queue = tonumber(ARGV[7]), ARGV[8]
 local prefix, deadkey = KEYS[12], KEYS[13]
+
+local receipt = redis.call("GET", KEYS[14])
+if receipt then
+  return cjson.decode(receipt)
+end
+if KEYS[15] ~= KEYS[14] then
+  redis.call("DEL", KEYS[15])
+end
 
 local started, absorbed, invalid = {}, {}, {}
 
@@ -140,6 +154,7 @@ local function take(band, eid, fields, reclaiming)
     end
   end
   local failures = tonumber(t[9]) or 0
+  if failures ~= failures or failures == math.huge or failures == -math.huge then failures = 0 end
   local maxr = tonumber(t[8]) or 0
   local reclaimed = 0
   if status == "queued" and an >= attempt then
@@ -234,4 +249,9 @@ elseif mode == "reclaim" then
   end
 end
 
-return {started, absorbed, invalid, paused}
+local out = {started, absorbed, invalid, paused}
+if #started + #absorbed + #invalid > 0 then
+  local ok, enc = pcall(cjson.encode, out)
+  if ok then redis.call("SET", KEYS[14], enc, "PX", 60000) end
+end
+return out

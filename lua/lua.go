@@ -5,7 +5,9 @@ package lua
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -144,6 +146,10 @@ type ClaimArgs struct {
 	MaxPayload int
 	MinIdleMS  int64
 	Delivered  []Delivered // entries a blocking XREADGROUP already delivered
+	// Call names this call for its receipt (a resent call gets the same reply) and
+	// Previous the caller's previous call on the queue (its receipt is deleted). Empty
+	// Call: a random one.
+	Call, Previous string
 }
 
 // Delivered names an entry already delivered to the consumer.
@@ -194,9 +200,16 @@ type ClaimResult struct {
 
 // Claim reads (or reclaims) entries of one queue and starts their tasks atomically.
 func Claim(ctx context.Context, c redis.Scripter, q keys.Queue, a ClaimArgs) (ClaimResult, error) {
-	ks := make([]string, 0, 13)
+	if a.Call == "" {
+		a.Call = randomCall()
+	}
+	prev := a.Previous
+	if prev == "" {
+		prev = a.Call
+	}
+	ks := make([]string, 0, 15)
 	ks = append(ks, q.Streams[:]...)
-	ks = append(ks, q.Paused(), q.TaskPrefix(), q.Dead())
+	ks = append(ks, q.Paused(), q.TaskPrefix(), q.Dead(), q.Receipt(a.Call), q.Receipt(prev))
 	mode := "read"
 	if a.Reclaim {
 		mode = "reclaim"
@@ -211,6 +224,12 @@ func Claim(ctx context.Context, c redis.Scripter, q keys.Queue, a ClaimArgs) (Cl
 		return ClaimResult{}, fmt.Errorf("claim %s: %w", q.Name, err)
 	}
 	return decodeClaim(v)
+}
+
+func randomCall() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func decodeClaim(v []any) (ClaimResult, error) {

@@ -559,3 +559,32 @@ func TestCompleteKeepsXLenExact(t *testing.T) {
 		t.Fatalf("undelivered entries lost: started %d of 2", len(r2.Started))
 	}
 }
+
+// A claim call resent after its reply was lost (go-redis resends on a dropped
+// connection) gets the same reply from its receipt: nothing it claimed is stranded.
+func TestResentClaimGetsTheSameReply(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for i := 0; i < 3; i++ {
+		f.enqueue(t, lua.EnqueueArgs{ID: fmt.Sprintf("r%d", i)})
+	}
+	first := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 2, Call: "w.1"})
+	again := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 2, Call: "w.1"})
+	if len(first.Started) != 2 || fmt.Sprint(first.Started) != fmt.Sprint(again.Started) {
+		t.Fatalf("resent call = %+v, want the first reply %+v", again.Started, first.Started)
+	}
+	if a := f.field(t, "r0", "attempt"); a != "1" {
+		t.Fatalf("attempt %s after a resent claim, want 1", a)
+	}
+	// The next call deletes the previous receipt and reads on.
+	next := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 2, Call: "w.2", Previous: "w.1"})
+	if len(next.Started) != 1 || next.Started[0].ID != "r2" {
+		t.Fatalf("next call = %+v", next.Started)
+	}
+	if n := f.rdb.Exists(f.ctx, f.q.Receipt("w.1")).Val(); n != 0 {
+		t.Fatal("the previous call's receipt was not deleted")
+	}
+	if ttl := f.rdb.PTTL(f.ctx, f.q.Receipt("w.2")).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("receipt ttl %v, want at most a minute", ttl)
+	}
+}

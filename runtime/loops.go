@@ -21,8 +21,9 @@ func (w *Worker) reaperInterval() time.Duration {
 // reaperLoop takes over entries idle past the visibility timeout (their worker died or
 // went silent) on every band of every queue, at most concurrency×2 per pass.
 func (w *Worker) reaperLoop(ctx context.Context) error {
+	calls := w.newCalls()
 	for {
-		if _, err := w.reapOnce(ctx); err != nil {
+		if _, err := w.reapOnce(ctx, calls); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -36,16 +37,17 @@ func (w *Worker) reaperLoop(ctx context.Context) error {
 }
 
 // reapOnce runs one reaper pass and returns how many tasks it started.
-func (w *Worker) reapOnce(ctx context.Context) (int, error) {
+func (w *Worker) reapOnce(ctx context.Context, calls *calls) (int, error) {
 	budget := 2 * w.cfg.Concurrency
 	started := 0
 	for _, q := range w.queues {
 		if budget <= 0 {
 			break
 		}
+		call, prev := calls.next(q.Name)
 		res, err := lua.Claim(ctx, w.rdb, q, lua.ClaimArgs{
 			Consumer: w.id, NowMS: w.now().UnixMilli(), Reclaim: true, Want: budget,
-			MinIdleMS: w.vtMS, MaxPayload: w.cfg.MaxPayloadBytes,
+			MinIdleMS: w.vtMS, MaxPayload: w.cfg.MaxPayloadBytes, Call: call, Previous: prev,
 		})
 		if err != nil {
 			return started, err

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ const batchMax = 32
 // paused queues; when nothing was collected, block on all bands at once.
 func (w *Worker) pollLoop(ctx context.Context) error {
 	paused := make([]bool, len(w.queues))
+	calls := w.newCalls()
 	for ctx.Err() == nil {
 		capacity := int64(w.cfg.Concurrency) - w.inflight.Load()
 		if capacity <= 0 {
@@ -30,14 +32,14 @@ func (w *Worker) pollLoop(ctx context.Context) error {
 			}
 			continue
 		}
-		got, err := w.fetch(ctx, capacity, paused)
+		got, err := w.fetch(ctx, calls, capacity, paused)
 		if err != nil {
 			return err
 		}
 		if got > 0 {
 			continue
 		}
-		if err := w.block(ctx, capacity, paused); err != nil {
+		if err := w.block(ctx, calls, capacity, paused); err != nil {
 			return err
 		}
 	}
@@ -45,15 +47,17 @@ func (w *Worker) pollLoop(ctx context.Context) error {
 }
 
 // fetch reads new entries without blocking, queue by queue, and starts their tasks.
-func (w *Worker) fetch(ctx context.Context, capacity int64, paused []bool) (int64, error) {
+func (w *Worker) fetch(ctx context.Context, calls *calls, capacity int64, paused []bool) (int64, error) {
 	var got int64
 	for i, q := range w.queues {
 		want := min(capacity-got, batchMax)
 		if want <= 0 || ctx.Err() != nil {
 			break
 		}
+		call, prev := calls.next(q.Name)
 		res, err := lua.Claim(ctx, w.rdb, q, lua.ClaimArgs{
 			Consumer: w.id, NowMS: w.now().UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
+			Call: call, Previous: prev,
 		})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -71,7 +75,7 @@ func (w *Worker) fetch(ctx context.Context, capacity int64, paused []bool) (int6
 
 // block waits, on one blocking XREADGROUP over every band of every unpaused queue, for
 // the next entry; what arrives is claimed at once, topped up to capacity.
-func (w *Worker) block(ctx context.Context, capacity int64, paused []bool) error {
+func (w *Worker) block(ctx context.Context, calls *calls, capacity int64, paused []bool) error {
 	var streams []string
 	for i, q := range w.queues {
 		if paused[i] {
@@ -124,9 +128,10 @@ func (w *Worker) block(ctx context.Context, capacity int64, paused []bool) error
 			continue
 		}
 		want := max(0, min(capacity-int64(len(d)), batchMax))
+		call, prev := calls.next(q.Name)
 		res, err := lua.Claim(ctx, w.rdb, q, lua.ClaimArgs{
 			Consumer: w.id, NowMS: w.now().UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
-			Delivered: d,
+			Delivered: d, Call: call, Previous: prev,
 		})
 		if err != nil {
 			w.metrics.redisErrors.WithLabelValues("claim").Inc()
@@ -155,6 +160,23 @@ func (w *Worker) handBackDeliveries(delivered map[string][]lua.Delivered) error 
 		w.log.Warn("drain: hand back of late deliveries failed; peers reclaim them after the visibility timeout", "err", err)
 	}
 	return nil
+}
+
+// calls names one loop's claim calls: a resent call (its reply was lost) gets the same
+// reply from its receipt, and each call deletes the receipt of the loop's previous call
+// on the queue, which got its reply.
+type calls struct {
+	w    *Worker
+	prev map[string]string
+}
+
+func (w *Worker) newCalls() *calls { return &calls{w: w, prev: map[string]string{}} }
+
+func (c *calls) next(queue string) (call, prev string) {
+	call = c.w.id + "." + strconv.FormatInt(c.w.callSeq.Add(1), 36)
+	prev = c.prev[queue]
+	c.prev[queue] = call
+	return call, prev
 }
 
 func (w *Worker) streamOf(stream string) (keys.Queue, int, bool) {

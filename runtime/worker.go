@@ -85,6 +85,7 @@ type Worker struct {
 	leader   atomic.Bool
 	lastBeat atomic.Int64 // unix ns of the last heartbeat written
 	passes   atomic.Int64 // scheduler passes led
+	callSeq  atomic.Int64 // numbers claim calls (their receipts)
 
 	knownMu sync.Mutex
 	known   []string // every queue ever enqueued to, as of the scheduler's last pass

@@ -10,6 +10,7 @@
 //	PREFIX:{Q}:dead                 zset: task id → time (ms) it died
 //	PREFIX:{Q}:u:KEY                string: unique key → task id
 //	PREFIX:{Q}:paused               string: present while the queue is paused
+//	PREFIX:{Q}:r:CALL               string: a claim call's reply, while it may be resent
 //	PREFIX:queues                   set: every queue ever enqueued to
 //	PREFIX:workers                  set: worker ids that have heartbeated
 //	PREFIX:worker:ID                hash: a worker's heartbeat, expires after 3× the interval
@@ -141,6 +142,10 @@ func (q Queue) Unique(key string) string { return q.base + "u:" + key }
 
 // UniquePrefix is the prefix of unique keys.
 func (q Queue) UniquePrefix() string { return q.base + "u:" }
+
+// Receipt holds the reply of one claim call for a minute, so that a call resent after
+// its reply was lost gets the same reply instead of stranding what it claimed.
+func (q Queue) Receipt(call string) string { return q.base + "r:" + call }
 
 // Paused is present while the queue is paused.
 func (q Queue) Paused() string { return q.base + "paused" }
