@@ -24,6 +24,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/dtq/dtq/chaos"
 )
 
 type options struct {
@@ -62,6 +64,7 @@ func modes() []mode {
 }
 
 func main() {
+	chaos.MaybeWorker() // chaos runs its worker processes as this binary again
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" {
 		usage()
 		return
