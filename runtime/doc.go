@@ -79,6 +79,11 @@
 //     and lost its task cannot overwrite the newer attempt, ACK its entry, or — through
 //     its heartbeat's XCLAIM — take the entry back from the reclaimer (the seed's
 //     unconditional XCLAIM with idle 0 would).
+//   - Receipts: a claim call resent after its reply was lost (go-redis resends on a dropped
+//     connection) finds its receipt, a key holding the first run's reply for at most a
+//     minute, and returns that reply instead of claiming again; without it the tasks the
+//     first run started would sit pending until the visibility timeout. Each loop's next
+//     call on a queue deletes the previous receipt.
 //   - A reclaim after a silent death counts as a failed attempt, so a task that kills its
 //     worker every time ends dead instead of looping; a hand-back at drain does not count.
 //   - Drain: at the deadline, running functions are cancelled and their entries handed
