@@ -8,8 +8,8 @@
 # the scaler's TLS) and a passwd entry for the non-root user 65532. Nothing else: no shell,
 # no package manager. Size and cold-start figures are in deploy/README.md.
 #
-# It builds with the classic builder as well as BuildKit (no RUN --mount, no syntax line),
-# so any Docker engine can build it.
+# It uses no BuildKit-only syntax (no RUN --mount, no syntax line), so the classic
+# builder builds it too; deploy/test/run.sh builds it that way.
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
