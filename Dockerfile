@@ -4,9 +4,11 @@
 #   docker run --rm -e DTQ_REDIS_URL=redis://redis:6379/0 dtq             # a worker (the default command)
 #   docker run --rm -e DTQ_REDIS_URL=redis://redis:6379/0 dtq scaler      # the KEDA external scaler
 #
-# The final image is FROM scratch: the static dtq binary, the CA bundle (for rediss:// and
-# the scaler's TLS) and a passwd entry for the non-root user 65532. Nothing else: no shell,
-# no package manager. Size and cold-start figures are in deploy/README.md.
+# The final image is FROM scratch: the static dtq binary, the scaler's binary dtq-scaler
+# (`dtq scaler` execs it: the worker binary, started on every scale-up, stays free of
+# gRPC and starts faster), the CA bundle (for rediss:// and the scaler's TLS) and a
+# passwd entry for the non-root user 65532. Nothing else: no shell, no package manager.
+# Size and cold-start figures are in deploy/README.md.
 #
 # It uses no BuildKit-only syntax (no RUN --mount, no syntax line), so the classic
 # builder builds it too; deploy/test/run.sh builds it that way.
@@ -24,7 +26,7 @@ RUN case " ${GOFLAGS} " in *" -mod=vendor "*) echo "modules: vendored" ;; *) go 
 
 COPY . .
 # Static (CGO_ENABLED=0), reproducible paths (-trimpath), stripped (-s -w).
-RUN go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/dtq ./cmd/dtq \
+RUN go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/ ./cmd/dtq ./cmd/dtq-scaler \
  && mkdir -p /out/etc \
  && echo 'nonroot:x:65532:65532:nonroot:/nonexistent:/sbin/nologin' >/out/etc/passwd \
  && echo 'nonroot:x:65532:' >/out/etc/group
@@ -32,7 +34,7 @@ RUN go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/dtq ./cmd/dtq \
 FROM scratch
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/etc/passwd /out/etc/group /etc/
-COPY --from=build /out/dtq /dtq
+COPY --from=build /out/dtq /out/dtq-scaler /
 # Numeric, so Kubernetes' runAsNonRoot can verify it without a passwd lookup.
 USER 65532:65532
 # 8080: /healthz, /readyz, /metrics (PORT); 6000: the scaler's gRPC (DTQ_SCALER_ADDR).

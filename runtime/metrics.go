@@ -81,9 +81,14 @@ func newMetrics(workerID string) *metrics {
 		byFunc: map[string]*funcMetrics{},
 	}
 	reg.MustRegister(m.inflight, m.concurrency, m.leader, m.draining, m.tasks, m.duration, m.pickup,
-		m.loopRestarts, m.redisErrors, m.eventsDropped, m.scheduled, m.roundTrips,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.loopRestarts, m.redisErrors, m.eventsDropped, m.scheduled, m.roundTrips)
 	return m
+}
+
+// addRuntimeCollectors registers the Go runtime and process collectors. Building them
+// reads every runtime metric description: Run does it off the path to the first task.
+func (m *metrics) addRuntimeCollectors() {
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
 func (m *metrics) fn(name string) *funcMetrics {

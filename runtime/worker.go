@@ -173,6 +173,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// while the loops start (the heartbeat loop waits for it before its first write).
 	started := make(chan struct{})
 	go func() { defer close(started); w.heartbeatOnce(context.Background()) }()
+	go w.metrics.addRuntimeCollectors()
 
 	w.blocker = newBlocker(w.rdb)
 	for i := 0; i < w.cfg.Concurrency; i++ {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -86,5 +88,22 @@ func TestEnqueueAndInspect(t *testing.T) {
 	}
 	if _, _, code := dtq(t, env, "inspect", "task", "--queue", "mail", "nope"); code != 1 {
 		t.Errorf("inspect of a missing task: exit %d, want 1", code)
+	}
+}
+
+// `dtq scaler` runs the dtq-scaler binary found next to dtq or on PATH.
+func TestScalerCommandExecsTheScalerBinary(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", dir+"/dtq-scaler", "github.com/dtq/dtq/cmd/dtq-scaler")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build dtq-scaler: %v\n%s", err, out)
+	}
+	out, _, code := dtq(t, []string{"PATH=" + dir + ":" + os.Getenv("PATH")}, "scaler", "--help")
+	if code != 0 || !strings.Contains(out, "DTQ_SCALER_ADDR") {
+		t.Fatalf("dtq scaler --help: exit %d\n%s", code, out)
+	}
+	if _, errOut, code := dtq(t, []string{"PATH=/nonexistent"}, "scaler"); code != 1 || !strings.Contains(errOut, "dtq-scaler") {
+		t.Fatalf("dtq scaler without its binary: exit %d, %q", code, errOut)
 	}
 }

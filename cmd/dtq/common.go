@@ -3,8 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"strings"
 
@@ -92,34 +90,6 @@ func (r *redisFlags) open() (redis.UniversalClient, error) {
 		r.url = envDefault("DTQ_REDIS_URL", "redis://127.0.0.1:6379/0")
 	}
 	return redisconn.Open(r.url, redisconn.Options{CAFile: r.ca, Name: "dtq-cli"})
-}
-
-// newLogger makes the process logger: JSON in containers, text on a terminal.
-func newLogger(format, level string, w io.Writer) *slog.Logger {
-	var lv slog.Level
-	switch strings.ToLower(level) {
-	case "debug":
-		lv = slog.LevelDebug
-	case "warn":
-		lv = slog.LevelWarn
-	case "error":
-		lv = slog.LevelError
-	default:
-		lv = slog.LevelInfo
-	}
-	if format == "auto" {
-		format = "json"
-		if f, ok := w.(*os.File); ok {
-			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-				format = "text"
-			}
-		}
-	}
-	o := &slog.HandlerOptions{Level: lv}
-	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, o))
-	}
-	return slog.New(slog.NewJSONHandler(w, o))
 }
 
 func fail(cmd string, err error) int {

@@ -15,6 +15,7 @@ import (
 	"github.com/sethvargo/go-envconfig"
 
 	"github.com/dtq/dtq/function"
+	"github.com/dtq/dtq/internal/logging"
 	"github.com/dtq/dtq/internal/redisconn"
 	"github.com/dtq/dtq/runtime"
 )
@@ -33,7 +34,7 @@ func runWorker(args []string) int {
 		fmt.Fprintf(os.Stderr, "dtq worker: %v\n", err)
 		return exitUsage
 	}
-	log := newLogger(cfg.LogFormat, cfg.LogLevel, os.Stderr)
+	log := logging.New(cfg.LogFormat, cfg.LogLevel, os.Stderr)
 	rdb, err := redisconn.Open(cfg.RedisURL, redisconn.Options{CAFile: cfg.RedisCAFile, PoolSize: cfg.Concurrency + 16, Name: cfg.WorkerID})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dtq worker: DTQ_REDIS_URL: %v\n", err)
@@ -46,8 +47,17 @@ func runWorker(args []string) int {
 		return exitUsage
 	}
 
+	// The worker starts first; the HTTP endpoints follow (probes can wait a millisecond,
+	// the first task should not).
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	runErr := make(chan error, 1)
+	go func() { runErr <- w.Run(ctx) }()
+
 	ln, err := net.Listen("tcp", ":"+strconv.Itoa(cfg.Port))
 	if err != nil {
+		stop()
+		<-runErr
 		return fail("worker", fmt.Errorf("PORT %d: %w", cfg.Port, err))
 	}
 	srv := &http.Server{Handler: w.Handler(), ReadHeaderTimeout: 5 * time.Second}
@@ -57,10 +67,7 @@ func runWorker(args []string) int {
 		}
 	}()
 	log.Info("worker: http listening", "addr", ln.Addr().String(), "redis", redisconn.Redact(cfg.RedisURL))
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	err = w.Run(ctx)
+	err = <-runErr
 	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)

@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // Options tune the client beyond the URL.
@@ -68,6 +69,7 @@ func Open(rawURL string, o Options) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redis URL: %s", scrub(err, u))
 		}
+		lean(&opt.DisableIdentity, &opt.MaintNotificationsConfig)
 		tlsFix(opt.TLSConfig)
 		if o.PoolSize > 0 {
 			opt.PoolSize = o.PoolSize
@@ -79,6 +81,7 @@ func Open(rawURL string, o Options) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redis cluster URL: %s", scrub(err, u))
 		}
+		lean(&opt.DisableIdentity, &opt.MaintNotificationsConfig)
 		tlsFix(opt.TLSConfig)
 		if o.PoolSize > 0 {
 			opt.PoolSize = o.PoolSize
@@ -93,6 +96,7 @@ func Open(rawURL string, o Options) (redis.UniversalClient, error) {
 		if opt.MasterName == "" {
 			return nil, errors.New("redis sentinel URL needs ?master_name=")
 		}
+		opt.DisableIdentity = true
 		tlsFix(opt.TLSConfig)
 		if o.PoolSize > 0 {
 			opt.PoolSize = o.PoolSize
@@ -102,6 +106,15 @@ func Open(rawURL string, o Options) (redis.UniversalClient, error) {
 	default:
 		return nil, fmt.Errorf("redis URL scheme %q: want redis, rediss, redis+cluster or redis+sentinel", u.Scheme+"+"+mode)
 	}
+}
+
+// lean drops the connection handshake steps dtq does not use — CLIENT SETINFO (library
+// identity) and CLIENT MAINT_NOTIFICATIONS (Redis Enterprise maintenance events) — so a
+// new connection costs HELLO and one pipelined SETNAME: it matters to a worker's first
+// task after a cold start.
+func lean(disableIdentity *bool, maint **maintnotifications.Config) {
+	*disableIdentity = true
+	*maint = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
 // scrub removes the password of u from an error's text.

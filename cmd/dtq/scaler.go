@@ -1,0 +1,40 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+)
+
+// scalerBinary is the scaler's own binary, next to dtq or on PATH.
+const scalerBinary = "dtq-scaler"
+
+// runScaler runs `dtq scaler` by replacing this process with dtq-scaler (same
+// arguments, same environment, same pid: signals reach it directly). The scaler is a
+// binary of its own so that this one, the worker started on every scale-up, stays small.
+func runScaler(args []string) int {
+	path := ""
+	if self, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(self), scalerBinary); isFile(p) {
+			path = p
+		}
+	}
+	if path == "" {
+		p, err := exec.LookPath(scalerBinary)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "dtq scaler: %s is neither next to dtq nor on PATH (go build -o DIR ./cmd/dtq-scaler)\n", scalerBinary)
+			return exitFail
+		}
+		path = p
+	}
+	err := syscall.Exec(path, append([]string{path}, args...), os.Environ())
+	fmt.Fprintf(os.Stderr, "dtq scaler: exec %s: %v\n", path, err)
+	return exitFail
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
