@@ -62,6 +62,12 @@ type Config struct {
 	LogFormat string `env:"DTQ_LOG_FORMAT, default=auto"`
 	// LogLevel: debug, info, warn, error.
 	LogLevel string `env:"DTQ_LOG_LEVEL, default=info"`
+	// MaxTasks: after starting this many tasks the worker drains and exits 0 (0 = no
+	// limit): a KEDA ScaledJob's worker, one Job per batch of work.
+	MaxTasks int64 `env:"DTQ_WORKER_MAX_TASKS, default=0"`
+	// IdleExitS: a worker with nothing running and nothing arriving for this many seconds
+	// drains and exits 0 (0 = never): a ScaledJob's worker ends when the queue is empty.
+	IdleExitS float64 `env:"DTQ_WORKER_IDLE_EXIT_S, default=0"`
 	// Pprof serves net/http/pprof under /debug/pprof/ on PORT.
 	Pprof bool `env:"DTQ_PPROF, default=false"`
 }
@@ -94,6 +100,8 @@ func EnvVars() []EnvVar {
 		{"DTQ_DEFAULT_TIMEOUT_S", "1800", "function time limit when none is set (0 = none)"},
 		{"DTQ_LOG_FORMAT", "auto", "json, text or auto"},
 		{"DTQ_LOG_LEVEL", "info", "debug, info, warn, error"},
+		{"DTQ_WORKER_MAX_TASKS", "0", "drain and exit 0 after starting this many tasks (0 = no limit; ScaledJob)"},
+		{"DTQ_WORKER_IDLE_EXIT_S", "0", "drain and exit 0 after this many idle seconds (0 = never; ScaledJob)"},
 		{"DTQ_PPROF", "false", "serve /debug/pprof/ on PORT (profiling)"},
 	}
 }
@@ -156,6 +164,7 @@ func (c *Config) Validate() error {
 		{"DTQ_RESULT_TTL_S", c.ResultTTLS, 0},
 		{"DTQ_SCHEDULER_INTERVAL_S", c.SchedulerIntervalS, 0.01},
 		{"DTQ_DEFAULT_TIMEOUT_S", c.DefaultTimeoutS, 0},
+		{"DTQ_WORKER_IDLE_EXIT_S", c.IdleExitS, 0},
 	} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < f.min || f.v > 365*86400 {
 			return bad(f.name, "%v must be a number of seconds between %v and one year", f.v, f.min)
@@ -178,6 +187,9 @@ func (c *Config) Validate() error {
 	}
 	if float64(c.SchedulerLockTTLMS) <= c.SchedulerIntervalS*1000 {
 		return bad("DTQ_SCHEDULER_LOCK_TTL_MS", "%d must exceed the scheduler interval (%vs) or the leader loses its lock between passes", c.SchedulerLockTTLMS, c.SchedulerIntervalS)
+	}
+	if c.MaxTasks < 0 {
+		return bad("DTQ_WORKER_MAX_TASKS", "%d must not be negative", c.MaxTasks)
 	}
 	if c.EventsMaxLen < 0 {
 		return bad("DTQ_EVENTS_MAXLEN", "%d must not be negative", c.EventsMaxLen)

@@ -56,6 +56,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"DTQ_EVENTS_VERBOSE": "maybe"}, "DTQ_EVENTS_VERBOSE"},
 		{map[string]string{"DTQ_WORKER_ID": "has space"}, "DTQ_WORKER_ID"},
 		{map[string]string{"DTQ_SCHEDULER_LOCK_TTL_MS": "500", "DTQ_SCHEDULER_INTERVAL_S": "1"}, "DTQ_SCHEDULER_LOCK_TTL_MS"},
+		{map[string]string{"DTQ_WORKER_MAX_TASKS": "-1"}, "DTQ_WORKER_MAX_TASKS"},
+		{map[string]string{"DTQ_WORKER_IDLE_EXIT_S": "-2"}, "DTQ_WORKER_IDLE_EXIT_S"},
 	} {
 		_, err := runtime.LoadConfig(context.Background(), envconfig.MapLookuper(c.env))
 		var ce *runtime.ConfigError

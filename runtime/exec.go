@@ -36,6 +36,8 @@ func (e *execution) heldRef() lua.Held {
 // start registers the claimed tasks as held and hands them to the executors.
 func (w *Worker) start(q keys.Queue, started []lua.Started) {
 	now := w.now()
+	w.begun.Add(int64(len(started)))
+	w.active.Store(now.UnixNano())
 	for _, s := range started {
 		fn := w.reg.lookup(s.Function)
 		label := s.Function
@@ -206,6 +208,7 @@ func (w *Worker) release(e *execution) {
 	w.heldMu.Unlock()
 	n := w.inflight.Add(-1)
 	w.metrics.inflight.Set(float64(n))
+	w.active.Store(time.Now().UnixNano())
 	select {
 	case w.slotFree <- struct{}{}:
 	default:

@@ -39,6 +39,9 @@ func (w *Worker) reaperLoop(ctx context.Context) error {
 // reapOnce runs one reaper pass and returns how many tasks it started.
 func (w *Worker) reapOnce(ctx context.Context, calls *calls) (int, error) {
 	budget := 2 * w.cfg.Concurrency
+	if w.cfg.MaxTasks > 0 {
+		budget = int(min(int64(budget), max(0, w.cfg.MaxTasks-w.begun.Load())))
+	}
 	started := 0
 	for _, q := range w.queues {
 		if budget <= 0 {

@@ -25,6 +25,15 @@ func (w *Worker) pollLoop(ctx context.Context) error {
 	calls := w.newCalls()
 	for ctx.Err() == nil {
 		capacity := int64(w.cfg.Concurrency) - w.inflight.Load()
+		if w.cfg.MaxTasks > 0 {
+			left := w.cfg.MaxTasks - w.begun.Load()
+			if left <= 0 {
+				w.stopSelf("DTQ_WORKER_MAX_TASKS reached")
+				<-ctx.Done()
+				return nil
+			}
+			capacity = min(capacity, left)
+		}
 		if capacity <= 0 {
 			select {
 			case <-w.slotFree:
@@ -38,6 +47,11 @@ func (w *Worker) pollLoop(ctx context.Context) error {
 		}
 		if got > 0 {
 			continue
+		}
+		if w.idleFor() {
+			w.stopSelf("idle for DTQ_WORKER_IDLE_EXIT_S")
+			<-ctx.Done()
+			return nil
 		}
 		if err := w.block(ctx, calls, capacity, paused); err != nil {
 			return err
@@ -89,10 +103,10 @@ func (w *Worker) block(ctx context.Context, calls *calls, capacity int64, paused
 		}
 	}
 	if len(streams) == 0 {
-		sleepCtx(ctx, time.Duration(w.cfg.PollBlockMS)*time.Millisecond)
+		sleepCtx(ctx, w.blockFor())
 		return nil
 	}
-	xs, err := w.blocker.read(ctx, w.id, streams, time.Duration(w.cfg.PollBlockMS)*time.Millisecond)
+	xs, err := w.blocker.read(ctx, w.id, streams, w.blockFor())
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -177,6 +191,25 @@ func (c *calls) next(queue string) (call, prev string) {
 	prev = c.prev[queue]
 	c.prev[queue] = call
 	return call, prev
+}
+
+// idleFor reports whether DTQ_WORKER_IDLE_EXIT_S has passed with nothing running.
+func (w *Worker) idleFor() bool {
+	if w.cfg.IdleExitS <= 0 || w.inflight.Load() > 0 {
+		return false
+	}
+	return time.Since(time.Unix(0, w.active.Load())) >= seconds(w.cfg.IdleExitS)
+}
+
+// blockFor is how long the idle read may block: DTQ_POLL_BLOCK_MS, or less when the
+// idle exit comes sooner.
+func (w *Worker) blockFor() time.Duration {
+	d := time.Duration(w.cfg.PollBlockMS) * time.Millisecond
+	if w.cfg.IdleExitS > 0 {
+		left := seconds(w.cfg.IdleExitS) - time.Since(time.Unix(0, w.active.Load()))
+		d = max(time.Millisecond, min(d, left+time.Millisecond))
+	}
+	return d
 }
 
 func (w *Worker) streamOf(stream string) (keys.Queue, int, bool) {

@@ -85,6 +85,10 @@ type Worker struct {
 	leader   atomic.Bool
 	lastBeat atomic.Int64 // unix ns of the last heartbeat written
 	passes   atomic.Int64 // scheduler passes led
+	begun    atomic.Int64 // tasks started since Run began (DTQ_WORKER_MAX_TASKS)
+	active   atomic.Int64 // unix ns of the last start or finish (DTQ_WORKER_IDLE_EXIT_S)
+	quit     chan struct{}
+	quitOnce sync.Once
 	callSeq  atomic.Int64 // numbers claim calls (their receipts)
 
 	knownMu sync.Mutex
@@ -129,6 +133,7 @@ func New(o Options) (*Worker, error) {
 		completions: make(chan *execution, 4*cfg.Concurrency+64),
 		slotFree:    make(chan struct{}, 1),
 		execDone:    make(chan struct{}, 1),
+		quit:        make(chan struct{}),
 	}
 	w.log = log.With("worker_id", w.id)
 	for _, q := range cfg.Queues {
@@ -167,6 +172,7 @@ func (w *Worker) publish(ev Event) {
 // returns once the final heartbeat is written. Call Run once.
 func (w *Worker) Run(ctx context.Context) error {
 	w.startedAt = w.now()
+	w.active.Store(w.startedAt.UnixNano())
 	w.state.Store(stateStarting)
 	// Start-up waits for nothing: groups are created by the claim script on first use,
 	// scripts load on the first EVALSHA miss, and the "starting" heartbeat is written
@@ -206,7 +212,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.publish(Event{Type: EventWorkerStarted})
 	w.log.Info("worker: started", "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
 
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-w.quit:
+	}
 	w.drain(&loops)
 	stopHB()
 	<-hbDone
@@ -216,6 +225,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.blocker.close()
 	w.log.Info("worker: stopped")
 	return nil
+}
+
+// stopSelf begins the drain from inside (a task limit or the idle time reached), as a
+// SIGTERM would; Run then returns nil and the process exits 0.
+func (w *Worker) stopSelf(why string) {
+	w.quitOnce.Do(func() {
+		w.log.Info("worker: stopping by itself", "reason", why)
+		close(w.quit)
+	})
 }
 
 // drain implements SIGTERM: stop fetching, wait, cancel, hand back.

@@ -405,3 +405,43 @@ func TestWorkersReportLiveness(t *testing.T) {
 		t.Fatalf("workers after stop = %+v, %v", ws, err)
 	}
 }
+
+// A ScaledJob's worker: it stops by itself after DTQ_WORKER_MAX_TASKS tasks, and the
+// rest stay queued for the next Job.
+func TestMaxTasksThenExit(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var ids []string
+	for i := 0; i < 5; i++ {
+		ids = append(ids, e.enqueue(t, client.Task{Function: "noop"}))
+	}
+	r := startWorker(t, e.rdb, e.config(t, "DTQ_WORKER_MAX_TASKS", "3", "DTQ_WORKER_CONCURRENCY", "1"), nil, nil)
+	select {
+	case <-r.done:
+	case <-time.After(waitTimeout):
+		t.Fatal("the worker did not stop by itself")
+	}
+	counts := map[string]int{}
+	for _, id := range ids {
+		counts[e.task(t, id).Status]++
+	}
+	if counts["succeeded"] != 3 || counts["queued"] != 2 {
+		t.Fatalf("statuses %v, want 3 succeeded and 2 queued", counts)
+	}
+}
+
+// DTQ_WORKER_IDLE_EXIT_S: with nothing to do for that long, the worker stops by itself.
+func TestIdleExit(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	id := e.enqueue(t, client.Task{Function: "noop"})
+	r := startWorker(t, e.rdb, e.config(t, "DTQ_WORKER_IDLE_EXIT_S", "0.3"), nil, nil)
+	select {
+	case <-r.done:
+	case <-time.After(waitTimeout):
+		t.Fatal("the idle worker did not stop by itself")
+	}
+	if ti := e.task(t, id); ti.Status != "succeeded" {
+		t.Fatalf("task %+v, want succeeded before the idle exit", ti)
+	}
+}
