@@ -70,6 +70,7 @@ func (w *Worker) start(q keys.Queue, started []lua.Started) {
 				select {
 				case w.jobs <- e:
 				case <-w.runCtx.Done():
+					w.doneRunning() // handed back by the drain, never to run
 				}
 			}()
 		}
@@ -98,10 +99,24 @@ func (w *Worker) executor() {
 			w.execute(e)
 		}
 		w.running.Add(-1)
+		w.doneRunning()
 		select {
 		case w.execDone <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// doneRunning frees the slot of an execution that returned (or will never run): the
+// poll loop may fetch again while its outcome is still being recorded. The record's own
+// backlog is bounded by the completions channel, whose sends wait for room.
+func (w *Worker) doneRunning() {
+	n := w.inflight.Add(-1)
+	w.metrics.inflight.Set(float64(n))
+	w.active.Store(time.Now().UnixNano())
+	select {
+	case w.slotFree <- struct{}{}:
+	default:
 	}
 }
 
@@ -199,20 +214,15 @@ func (w *Worker) record(e *execution) {
 	w.completions <- e
 }
 
-// release forgets an execution whose fate is settled and frees its slot.
+// release forgets an execution whose fate is settled (recorded or handed back): the
+// heartbeat stops touching its entry.
 func (w *Worker) release(e *execution) {
 	w.heldMu.Lock()
 	if w.held[e.s.Entry] == e {
 		delete(w.held, e.s.Entry)
 	}
 	w.heldMu.Unlock()
-	n := w.inflight.Add(-1)
-	w.metrics.inflight.Set(float64(n))
 	w.active.Store(time.Now().UnixNano())
-	select {
-	case w.slotFree <- struct{}{}:
-	default:
-	}
 }
 
 // completer records outcomes in batches: whatever has finished by the time the previous
