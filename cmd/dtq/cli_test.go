@@ -107,3 +107,19 @@ func TestScalerCommandExecsTheScalerBinary(t *testing.T) {
 		t.Fatalf("dtq scaler without its binary: exit %d, %q", code, errOut)
 	}
 }
+
+// README.md documents the very ACL line TestLockedDownTLSAndACL proves.
+func TestReadmeACLLineIsTheTestedOne(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tested := aclLine(t, "CHANGE-ME")
+	for _, line := range strings.Split(string(readme), "\n") {
+		if line == tested {
+			return
+		}
+	}
+	t.Fatalf("README.md lacks the ACL line of docs/reliability.md:\n%s", tested)
+}
