@@ -94,6 +94,11 @@
 //   - Malformed entries (no task field, a bad attempt, a task that does not exist) become
 //     dead records "invalid-<entry id>" that keep the raw fields; payloads over
 //     DTQ_MAX_PAYLOAD_BYTES are killed at claim with a clear error.
+//   - Cold start: the first fetch comes first. Executors start on demand; the reaper and
+//     scheduler loops, the first heartbeat and the runtime metrics begin once the first
+//     fetch returned (the worker is "starting", not ready, until then), and dtq worker
+//     brings its HTTP endpoints up after it. Each first run of a code path costs page
+//     faults, which on a small VM are the bulk of a cold start.
 //   - Events are best-effort: a bounded buffer flushed in pipelines by one goroutine,
 //     XADD MAXLEN ~ DTQ_EVENTS_MAXLEN; per-task TASK_STARTED/TASK_SUCCEEDED only with
 //     DTQ_EVENTS_VERBOSE (they would double the writes per task).

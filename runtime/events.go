@@ -71,13 +71,13 @@ type events struct {
 
 	mu     sync.RWMutex // guards closed against a publish racing close
 	closed bool
-	ch     chan Event
+	ch     chan *Event
 	done   chan struct{}
 }
 
 func newEvents(rdb redis.UniversalClient, key string, maxLen int64, log *slog.Logger, observe func(Event), dropped func()) *events {
 	e := &events{rdb: rdb, key: key, maxLen: maxLen, log: log, observe: observe, dropped: dropped,
-		ch: make(chan Event, 4096), done: make(chan struct{})}
+		ch: make(chan *Event, 1024), done: make(chan struct{})}
 	go e.loop()
 	return e
 }
@@ -98,7 +98,7 @@ func (e *events) publish(ev Event) {
 		return
 	}
 	select {
-	case e.ch <- ev:
+	case e.ch <- &ev:
 	default:
 		e.dropped()
 	}
@@ -106,7 +106,7 @@ func (e *events) publish(ev Event) {
 
 func (e *events) loop() {
 	defer close(e.done)
-	batch := make([]Event, 0, 256)
+	batch := make([]*Event, 0, 256)
 	for ev := range e.ch {
 		batch = append(batch[:0], ev)
 	more:
@@ -125,7 +125,7 @@ func (e *events) loop() {
 	}
 }
 
-func (e *events) flush(batch []Event) {
+func (e *events) flush(batch []*Event) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {

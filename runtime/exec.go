@@ -58,6 +58,7 @@ func (w *Worker) start(q keys.Queue, started []lua.Started) {
 		if s.Reclaimed {
 			w.publish(Event{Type: EventTaskReclaimed, Queue: q.Name, TaskID: s.ID, Attempt: s.Attempt})
 		}
+		w.ensureExecutor()
 		select {
 		case w.jobs <- e:
 		default:
@@ -88,10 +89,36 @@ func (w *Worker) maxRetries(s lua.Started, fn *registered) int {
 	return DefaultMaxRetries
 }
 
-// executor is one of the Concurrency goroutines that run functions.
+// ensureExecutor starts an executor when none is idle and fewer than
+// DTQ_WORKER_CONCURRENCY run. Only the fetching loops call it, and never after the
+// drain closed jobs.
+func (w *Worker) ensureExecutor() {
+	if int64(len(w.jobs)) < w.idleExecutors.Load() {
+		return // an idle executor is there for this job
+	}
+	for {
+		n := w.executors.Load()
+		if n >= int64(w.cfg.Concurrency) {
+			return
+		}
+		if w.executors.CompareAndSwap(n, n+1) {
+			w.poolWG.Add(1)
+			go w.executor()
+			return
+		}
+	}
+}
+
+// executor is one of the (at most Concurrency) goroutines that run functions.
 func (w *Worker) executor() {
 	defer w.poolWG.Done()
-	for e := range w.jobs {
+	for {
+		w.idleExecutors.Add(1)
+		e, ok := <-w.jobs
+		w.idleExecutors.Add(-1)
+		if !ok {
+			return
+		}
 		// Count first, check second: a drain that gives up cancels runCtx and then waits
 		// for running to reach 0, so an execution either is counted or sees the cancel.
 		w.running.Add(1)

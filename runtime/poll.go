@@ -42,6 +42,7 @@ func (w *Worker) pollLoop(ctx context.Context) error {
 			continue
 		}
 		got, err := w.fetch(ctx, calls, capacity, paused)
+		w.firstFetchOnce.Do(func() { close(w.firstFetch) })
 		if err != nil {
 			return err
 		}

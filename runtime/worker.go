@@ -89,7 +89,12 @@ type Worker struct {
 	active   atomic.Int64 // unix ns of the last start or finish (DTQ_WORKER_IDLE_EXIT_S)
 	quit     chan struct{}
 	quitOnce sync.Once
-	callSeq  atomic.Int64 // numbers claim calls (their receipts)
+
+	firstFetch     chan struct{} // closed when the poll loop's first fetch returned
+	firstFetchOnce sync.Once
+	executors      atomic.Int64 // executor goroutines started
+	idleExecutors  atomic.Int64 // executors waiting for a job
+	callSeq        atomic.Int64 // numbers claim calls (their receipts)
 
 	knownMu sync.Mutex
 	known   []string // every queue ever enqueued to, as of the scheduler's last pass
@@ -134,6 +139,7 @@ func New(o Options) (*Worker, error) {
 		slotFree:    make(chan struct{}, 1),
 		execDone:    make(chan struct{}, 1),
 		quit:        make(chan struct{}),
+		firstFetch:  make(chan struct{}),
 	}
 	w.log = log.With("worker_id", w.id)
 	for _, q := range cfg.Queues {
@@ -149,6 +155,10 @@ func New(o Options) (*Worker, error) {
 	w.runCtx, w.cancelRun = context.WithCancel(context.Background())
 	return w, nil
 }
+
+// Fetched is closed once the worker's first fetch of work returned: what can wait
+// (the HTTP endpoints, the runtime metrics) starts after it.
+func (w *Worker) Fetched() <-chan struct{} { return w.firstFetch }
 
 // ID is the worker id: consumer name, lock token, metrics label.
 func (w *Worker) ID() string { return w.id }
@@ -174,18 +184,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.startedAt = w.now()
 	w.active.Store(w.startedAt.UnixNano())
 	w.state.Store(stateStarting)
-	// Start-up waits for nothing: groups are created by the claim script on first use,
-	// scripts load on the first EVALSHA miss, and the "starting" heartbeat is written
-	// while the loops start (the heartbeat loop waits for it before its first write).
-	started := make(chan struct{})
-	go func() { defer close(started); w.heartbeatOnce(context.Background()) }()
-	go w.metrics.addRuntimeCollectors()
-
+	// Start-up waits for nothing and puts the first fetch first: groups are created by
+	// the claim script on first use, scripts load on the first EVALSHA miss, executors
+	// start on demand, and the rest — the "starting" heartbeat, the reaper and scheduler
+	// loops, the runtime metrics — begins as soon as the first fetch returned. On a cold
+	// start every first run of a code path costs page faults, and those would otherwise
+	// stand between the worker and its first task.
 	w.blocker = newBlocker(w.rdb)
-	for i := 0; i < w.cfg.Concurrency; i++ {
-		w.poolWG.Add(1)
-		go w.executor()
-	}
 	w.completerWG.Add(1)
 	go w.completer()
 
@@ -197,8 +202,12 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.supervise(w.fetchCtx, name, fn)
 		}()
 	}
-	w.state.Store(stateRunning)
 	start("poll", w.pollLoop)
+	<-w.firstFetch // the poll loop closes it after its first fetch (the drain too)
+	w.state.Store(stateRunning)
+	started := make(chan struct{})
+	go func() { defer close(started); w.heartbeatOnce(context.Background()) }()
+	go w.metrics.addRuntimeCollectors()
 	start("reaper", w.reaperLoop)
 	start("scheduler", w.schedulerLoop)
 	hbCtx, stopHB := context.WithCancel(context.Background())
@@ -239,6 +248,7 @@ func (w *Worker) stopSelf(why string) {
 // drain implements SIGTERM: stop fetching, wait, cancel, hand back.
 func (w *Worker) drain(loops *sync.WaitGroup) {
 	w.stopFetch()
+	w.firstFetchOnce.Do(func() { close(w.firstFetch) }) // a stop before the first fetch
 	w.state.Store(stateDraining)
 	w.metrics.draining.Set(1)
 	w.log.Info("worker: draining", "inflight", w.inflight.Load(), "timeout_s", w.cfg.DrainTimeoutS)

@@ -41,6 +41,13 @@ func runWorker(args []string) int {
 		return exitUsage
 	}
 	defer rdb.Close()
+	// Dial the first connection while the worker is being built: the first fetch finds
+	// it ready.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = rdb.Ping(ctx).Err()
+	}()
 	w, err := runtime.New(runtime.Options{Config: cfg, Redis: rdb, Registry: function.Registry(), Logger: log})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dtq worker: %v\n", err)
@@ -54,6 +61,13 @@ func runWorker(args []string) int {
 	runErr := make(chan error, 1)
 	go func() { runErr <- w.Run(ctx) }()
 
+	// The endpoints come up once the first fetch returned (setting them up costs a cold
+	// start time), or after a second if Redis is slow to answer.
+	select {
+	case <-w.Fetched():
+	case <-ctx.Done():
+	case <-time.After(time.Second):
+	}
 	ln, err := net.Listen("tcp", ":"+strconv.Itoa(cfg.Port))
 	if err != nil {
 		stop()
