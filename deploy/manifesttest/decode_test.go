@@ -66,8 +66,8 @@ func TestStrictDecodeCatchesTypos(t *testing.T) {
 func TestEveryKustomizationBuilds(t *testing.T) {
 	t.Parallel()
 	dirs := kustomizations(t)
-	if len(dirs) < 4 {
-		t.Fatalf("found %d kustomizations (%v), want base, keda, keda-tls, scaledjob, knative", len(dirs), dirs)
+	if len(dirs) < 5 {
+		t.Fatalf("found %d kustomizations (%v), want base, keda, keda-tls, keda-job, knative", len(dirs), dirs)
 	}
 	for _, d := range dirs {
 		objs := build(t, d)

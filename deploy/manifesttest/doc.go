@@ -11,11 +11,17 @@
 //     (runtime.LoadConfig): heartbeat below visibility timeout and the rest of its rules;
 //   - the time a platform grants after SIGTERM exceeds DTQ_DRAIN_TIMEOUT_S plus a margin;
 //   - probe paths are the ones the binary serves, on the port it listens on (PORT);
-//   - the ScaledObject's scalerAddress resolves to the scaler Service's gRPC port, its
+//   - each ScaledObject's and ScaledJob's scalerAddress resolves to the scaler Service's gRPC port, its
 //     metadata parses with the scaler's own parser, its queues and target match the
 //     workers', and the Prometheus queries of the Cloud Run setup name metrics the
 //     scaler exports;
-//   - the user the manifests run as is the one the Dockerfile sets.
+//   - the user the manifests run as is the one the Dockerfile sets;
+//   - a ScaledJob polls an "external" trigger (KEDA drops pushes for ScaledJobs), its
+//     Jobs run one worker each that exits by itself (DTQ_WORKER_MAX_TASKS,
+//     DTQ_WORKER_IDLE_EXIT_S) within activeDeadlineSeconds, and its scalingStrategy and
+//     includePending start one Job per task nobody runs: checked with KEDA's own
+//     ScaledJob arithmetic against the running scaler and real workers that run as its
+//     Jobs with the manifest's environment.
 //
 // It is a module of its own (deploy/go.mod), so k8s.io, KEDA, Knative and kustomize
 // never enter the dtq module's dependencies. Run it with:

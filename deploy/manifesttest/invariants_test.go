@@ -95,7 +95,7 @@ func TestWorkerPods(t *testing.T) {
 				env["PORT"] = strconv.Itoa(int(c.Ports[0].ContainerPort))
 			}
 			cfg := workerConfig(t, p.what, env)
-			checkProbes(t, p.what, c, cfg.Port, runtime.PathHealthz, runtime.PathReadyz, !isKnative(p) && !isJob(p))
+			checkProbes(t, p.what, c, cfg.Port, runtime.PathHealthz, runtime.PathReadyz, !isKnative(p) && !isJob(p), !isJob(p))
 			checkLockedDown(t, p, c)
 			if isKnative(p) {
 				continue // knative_test.go checks its grace period
@@ -110,8 +110,8 @@ func TestWorkerPods(t *testing.T) {
 			}
 		}
 	}
-	if total < 3 {
-		t.Fatalf("found %d worker pod templates across the builds, want at least 3", total)
+	if total < 4 {
+		t.Fatalf("found %d worker pod templates across the builds, want at least 4", total)
 	}
 }
 
@@ -135,7 +135,7 @@ func TestScalerPod(t *testing.T) {
 		env := effectiveEnv(t, objs, p, c)
 		cfg := scalerConfig(t, p.what, env, &p)
 		port := cfg.Port
-		checkProbes(t, p.what, c, port, scalerHealthz, scalerReadyz, true)
+		checkProbes(t, p.what, c, port, scalerHealthz, scalerReadyz, true, true)
 		checkLockedDown(t, p, c)
 		grpcPort := scalerGRPCPort(t, p, c, env)
 		if grpcPort == port {
@@ -168,7 +168,8 @@ func scalerGRPCPort(t *testing.T, p podRef, c *corev1.Container, env map[string]
 	return port
 }
 
-// triggerOf returns the external-push trigger of a ScaledObject or ScaledJob.
+// externalTrigger returns the one external or external-push trigger of a ScaledObject
+// or ScaledJob.
 func externalTrigger(t *testing.T, what string, triggers []kedav1alpha1.ScaleTriggers) kedav1alpha1.ScaleTriggers {
 	t.Helper()
 	var out []kedav1alpha1.ScaleTriggers
@@ -191,22 +192,15 @@ func TestTriggerReachesScaler(t *testing.T) {
 	checked := 0
 	for _, dir := range kustomizations(t) {
 		objs := build(t, dir)
-		for _, o := range append(find(objs, "ScaledObject", ""), find(objs, "ScaledJob", "")...) {
+		for _, o := range scaled(objs) {
 			checked++
-			var triggers []kedav1alpha1.ScaleTriggers
-			switch v := o.value.(type) {
-			case *kedav1alpha1.ScaledObject:
-				triggers = v.Spec.Triggers
-			case *kedav1alpha1.ScaledJob:
-				triggers = v.Spec.Triggers
-			}
-			tr := externalTrigger(t, o.String(), triggers)
-			checkScalerAddress(t, objs, o, tr)
-			checkTLS(t, objs, o, tr)
+			tr := externalTrigger(t, o.String(), o.triggers)
+			checkScalerAddress(t, objs, o.object, tr)
+			checkTLS(t, objs, o.object, tr)
 		}
 	}
-	if checked < 3 {
-		t.Fatalf("checked %d scaled objects, want at least 3", checked)
+	if checked < 4 {
+		t.Fatalf("checked %d ScaledObjects and ScaledJobs, want at least 4", checked)
 	}
 }
 

@@ -166,7 +166,8 @@ func portNumber(t *testing.T, what string, c *corev1.Container, port intstr.IntO
 
 // checkProbes: liveness and startup on healthz, readiness on readyz (a liveness probe
 // on readyz would restart every draining pod), all on the port the binary listens on.
-func checkProbes(t *testing.T, what string, c *corev1.Container, listen int, healthz, readyz string, needStartup bool) {
+// A Job's pod needs no readiness probe: no Service routes to it.
+func checkProbes(t *testing.T, what string, c *corev1.Container, listen int, healthz, readyz string, needStartup, needReadiness bool) {
 	t.Helper()
 	for _, pr := range []struct {
 		name  string
@@ -176,7 +177,7 @@ func checkProbes(t *testing.T, what string, c *corev1.Container, listen int, hea
 	}{
 		{"startupProbe", c.StartupProbe, healthz, needStartup},
 		{"livenessProbe", c.LivenessProbe, healthz, true},
-		{"readinessProbe", c.ReadinessProbe, readyz, true},
+		{"readinessProbe", c.ReadinessProbe, readyz, needReadiness},
 	} {
 		if pr.probe == nil {
 			if pr.need {

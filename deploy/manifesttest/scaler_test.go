@@ -71,21 +71,33 @@ func mapsClone(m map[string]string) map[string]string {
 	return out
 }
 
-// liveScaler runs the real scaler, configured from the keda build's scaler container,
-// on loopback against a real redis-server.
+// liveScaler runs the real scaler, configured from a build's scaler container, on
+// loopback against a real redis-server.
 type liveScaler struct {
 	grpcAddr, httpAddr string
+	redisURL           string
 	rdb                *redis.Client
 	cl                 *client.Client
 }
 
+// startScaler runs the scaler of the keda build.
 func startScaler(t *testing.T) liveScaler {
 	t.Helper()
+	return startScalerFor(t, filepath.Join(deployDir, "kubernetes", "keda"), nil)
+}
+
+// startScalerFor runs the scaler of the build of dir, with the variables in set
+// changed from the manifest's.
+func startScalerFor(t *testing.T, dir string, set map[string]string) liveScaler {
+	t.Helper()
 	srv := redistest.Start(t, redistest.Options{})
-	objs := build(t, filepath.Join(deployDir, "kubernetes", "keda"))
+	objs := build(t, dir)
 	p := scalerPod(t, objs)
 	env := effectiveEnv(t, objs, p, p.container(t))
 	env["DTQ_REDIS_URL"] = srv.URL()
+	for k, v := range set {
+		env[k] = v
+	}
 	cfg := scalerConfig(t, p.what, env, &p)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { rdb.Close() })
@@ -103,7 +115,7 @@ func startScaler(t *testing.T) liveScaler {
 	}
 	s.Serve(gl, hl)
 	t.Cleanup(s.Stop)
-	return liveScaler{grpcAddr: s.GRPCAddr(), httpAddr: s.HTTPAddr(), rdb: rdb,
+	return liveScaler{grpcAddr: s.GRPCAddr(), httpAddr: s.HTTPAddr(), redisURL: srv.URL(), rdb: rdb,
 		cl: client.New(rdb, client.Options{Prefix: cfg.KeyPrefix})}
 }
 
@@ -122,14 +134,28 @@ func get(t *testing.T, url string) (int, string) {
 
 // TestScalerServesWhatManifestsUse runs the real scaler with the manifests' settings
 // and checks, against it: the probe paths answer, every metric and label the Cloud Run
-// PromQL queries name is on /metrics, and each ScaledObject's trigger metadata is
-// accepted over gRPC (GetMetricSpec), yields the metrics the scaler's parser derives
-// from it (one for the backlog, one per priority group), and reports the waiting task.
+// PromQL queries name is on /metrics, and each ScaledObject's and ScaledJob's trigger
+// metadata is accepted over gRPC (GetMetricSpec), yields the metrics the scaler's
+// parser derives from it (a ScaledObject: one for the backlog, one per priority group;
+// a ScaledJob: the backlog alone, see scaledjob.yaml), and reports the waiting task.
 func TestScalerServesWhatManifestsUse(t *testing.T) {
 	t.Parallel()
 	ls := startScaler(t)
-	if _, _, err := ls.cl.Enqueue(context.Background(), client.Task{Queue: "default", Function: "noop", Priority: 9}); err != nil {
-		t.Fatal(err)
+	// A task in every queue a trigger watches.
+	enqueued := map[string]bool{}
+	for _, dir := range kustomizations(t) {
+		for _, o := range scaled(build(t, dir)) {
+			for _, q := range strings.Split(externalTrigger(t, o.String(), o.triggers).Metadata["queues"], ",") {
+				q = strings.TrimSpace(q)
+				if enqueued[q] {
+					continue
+				}
+				enqueued[q] = true
+				if _, _, err := ls.cl.Enqueue(context.Background(), client.Task{Queue: q, Function: "noop", Priority: 9}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 	}
 
 	if code, body := get(t, "http://"+ls.httpAddr+scalerHealthz); code != http.StatusOK {
@@ -194,18 +220,17 @@ func TestScalerServesWhatManifestsUse(t *testing.T) {
 	}
 	defer conn.Close()
 	es := pb.NewExternalScalerClient(conn)
-	checked := 0
+	checked, jobs := 0, 0
 	for _, dir := range kustomizations(t) {
-		for _, o := range find(build(t, dir), "ScaledObject", "") {
+		for _, o := range scaled(build(t, dir)) {
 			checked++
-			so := o.value.(*kedav1alpha1.ScaledObject)
-			tr := externalTrigger(t, o.String(), so.Spec.Triggers)
+			tr := externalTrigger(t, o.String(), o.triggers)
 			md, err := scaler.ParseMetadata(tr.Metadata)
 			if err != nil {
 				t.Errorf("%v: the scaler rejects the trigger metadata: %v", o, err)
 				continue
 			}
-			ref := &pb.ScaledObjectRef{Name: so.Name, Namespace: so.Namespace, ScalerMetadata: tr.Metadata}
+			ref := &pb.ScaledObjectRef{Name: o.name, Namespace: o.namespace, ScalerMetadata: tr.Metadata}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			spec, err := es.GetMetricSpec(ctx, ref)
 			if err != nil {
@@ -220,8 +245,18 @@ func TestScalerServesWhatManifestsUse(t *testing.T) {
 			for _, m := range md.Metrics() {
 				want = append(want, m.Name)
 			}
-			if !slices.Equal(got, want) || len(got) < 2 {
-				t.Errorf("%v: GetMetricSpec names %v, want %v (the backlog and at least one priority group)", o, got, want)
+			switch {
+			case !slices.Equal(got, want):
+				t.Errorf("%v: GetMetricSpec names %v, want %v (what the scaler's parser derives)", o, got, want)
+			case o.kind == "ScaledJob" && len(got) != 1:
+				// KEDA sizes a ScaledJob by its trigger's first metric divided by the
+				// average target of all its metrics (pkg/scaling/scaledjob).
+				t.Errorf("%v: GetMetricSpec names %v: a ScaledJob's trigger must yield the backlog metric alone (no bandTargets)", o, got)
+			case o.kind == "ScaledObject" && len(got) < 2:
+				t.Errorf("%v: GetMetricSpec names %v, want the backlog and at least one priority group", o, got)
+			}
+			if o.kind == "ScaledJob" {
+				jobs++
 			}
 			active, err := es.IsActive(ctx, ref)
 			cancel()
@@ -230,9 +265,29 @@ func TestScalerServesWhatManifestsUse(t *testing.T) {
 			}
 		}
 	}
-	if checked < 3 {
-		t.Fatalf("checked %d ScaledObjects against the scaler, want at least 3", checked)
+	if checked < 4 || jobs < 1 {
+		t.Fatalf("checked %d ScaledObjects and ScaledJobs (%d ScaledJobs) against the scaler, want at least 4 (1)", checked, jobs)
 	}
+}
+
+// scaledObj is a ScaledObject or a ScaledJob of a build, with its triggers.
+type scaledObj struct {
+	object
+	triggers []kedav1alpha1.ScaleTriggers
+}
+
+// scaled returns the ScaledObjects and ScaledJobs of a build.
+func scaled(objs []object) []scaledObj {
+	var out []scaledObj
+	for _, o := range objs {
+		switch v := o.value.(type) {
+		case *kedav1alpha1.ScaledObject:
+			out = append(out, scaledObj{o, v.Spec.Triggers})
+		case *kedav1alpha1.ScaledJob:
+			out = append(out, scaledObj{o, v.Spec.Triggers})
+		}
+	}
+	return out
 }
 
 // selector is one metric selector of a PromQL query: the metric and the label names it
