@@ -45,6 +45,9 @@ func TestModesAtSmallSize(t *testing.T) {
 	if p50, p99 := r["p50_ms"].(float64), r["p99_ms"].(float64); p50 <= 0 || p99 < p50 || r["max_ms"].(float64) < p99 {
 		t.Fatalf("latency percentiles not ordered: %v", r)
 	}
+	if f50, f99 := r["floor_p50_ms"].(float64), r["floor_p99_ms"].(float64); f50 <= 0 || f99 < f50 {
+		t.Fatalf("latency floor percentiles not ordered: %v", r)
+	}
 	if r["idle_roundtrips_per_s"].(float64) <= 0 {
 		t.Fatalf("idle round trips not measured: %v", r)
 	}
