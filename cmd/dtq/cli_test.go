@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -105,6 +106,26 @@ func TestScalerCommandExecsTheScalerBinary(t *testing.T) {
 	}
 	if _, errOut, code := dtq(t, []string{"PATH=/nonexistent"}, "scaler"); code != 1 || !strings.Contains(errOut, "dtq-scaler") {
 		t.Fatalf("dtq scaler without its binary: exit %d, %q", code, errOut)
+	}
+}
+
+// `dtq bench` runs go run ./bench at the root of the source tree it is started in, and
+// outside any dtq tree says why it cannot run.
+func TestBenchCommandRunsTheBenchmarks(t *testing.T) {
+	t.Parallel()
+	// From a subdirectory of the tree (this package's): the benchmark's usage, from the root.
+	out, errOut, code := dtq(t, nil, "bench", "--help")
+	if code != 0 || !strings.Contains(out+errOut, "throughput") || !strings.Contains(out+errOut, "coldstart") {
+		t.Fatalf("dtq bench --help in the tree: exit %d\n%s%s", code, out, errOut)
+	}
+	// Outside it: exit 1 and the reason.
+	var stdout, stderr strings.Builder
+	cmd := dtqCmd(nil, "bench", "throughput")
+	cmd.Dir, cmd.Stdout, cmd.Stderr = t.TempDir(), &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "source tree") {
+		t.Fatalf("dtq bench outside the tree: %v, stderr %q", err, stderr.String())
 	}
 }
 

@@ -1,4 +1,5 @@
-// Command dtq is the one binary: worker, scaler, producer and inspection CLI, demo.
+// Command dtq is the worker, the producer and inspection CLI, the demo, and the way in
+// to the scaler (dtq-scaler) and the benchmarks (go run ./bench).
 package main
 
 import (
@@ -24,6 +25,7 @@ func commands() []command {
 		{"dead", "list or requeue dead tasks", runDead},
 		{"workers", "list workers with their computed liveness", runWorkers},
 		{"demo", "run workers and a burst of tasks end to end, kill a worker mid-task", runDemo},
+		{"bench", "load runs against Redis, beside asynq (go run ./bench in the source tree)", runBench},
 	}
 }
 
