@@ -9,6 +9,12 @@ import (
 
 // The modes run at small sizes against a redis-server of their own; their figures must
 // be sane: every enqueued task counted once, none lost.
+// TestMain lets this test binary serve as the latency floor's reader process.
+func TestMain(m *testing.M) {
+	maybeFloorReader()
+	os.Exit(m.Run())
+}
+
 func TestModesAtSmallSize(t *testing.T) {
 	os.Unsetenv("DTQ_REDIS_URL")
 	ctx := context.Background()

@@ -65,6 +65,7 @@ func modes() []mode {
 
 func main() {
 	chaos.MaybeWorker() // chaos runs its worker processes as this binary again
+	maybeFloorReader()  // so does the latency floor its reader
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" {
 		usage()
 		return

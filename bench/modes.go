@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,7 +15,6 @@ import (
 
 	"github.com/dtq/dtq/client"
 	"github.com/dtq/dtq/internal/keys"
-	"github.com/dtq/dtq/internal/redisconn"
 	"github.com/dtq/dtq/lua"
 )
 
@@ -558,129 +555,4 @@ func runCeiling(ctx context.Context, e *benchEnv, o options) (result, error) {
 func round(x float64, d int) float64 {
 	p := math.Pow(10, float64(d))
 	return math.Round(x*p) / p
-}
-
-// latencyFloor measures, on the same Redis and with the same gaps, what the design's
-// idle pickup costs with no worker around it: the client's enqueue script, a blocking
-// XREADGROUP over the queue's bands woken by it, and one claim script call for the
-// delivered entry; the time is taken when the claim's reply is in. A dtq worker does
-// exactly these round trips before a task starts, plus its own scheduling; the gap
-// between this floor and the worker's figure is the worker's part.
-func latencyFloor(ctx context.Context, e *benchEnv, o options, n int) (p50, p99 float64, err error) {
-	prefix := e.prefix()
-	defer e.drop(prefix)
-	c := e.client(prefix)
-	if _, _, err := c.Enqueue(ctx, client.Task{Queue: benchQueue, Function: "noop"}); err != nil {
-		return 0, 0, err
-	}
-	q := keys.New(prefix).Queue(benchQueue)
-	// Its own connection for the blocking read, as a worker has.
-	blocker, err := redisconn.Open(e.url, redisconn.Options{CAFile: os.Getenv("DTQ_REDIS_CA_FILE"), PoolSize: 1})
-	if err != nil {
-		return 0, 0, err
-	}
-	defer blocker.Close()
-	streams := make([]string, 0, 20)
-	for b := 9; b >= 0; b-- {
-		streams = append(streams, q.Stream(b))
-	}
-	for range 10 {
-		streams = append(streams, ">")
-	}
-	for b := 0; b <= 9; b++ {
-		if err := e.rdb.XGroupCreateMkStream(ctx, q.Stream(b), keys.Group, "0").Err(); err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
-			return 0, 0, err
-		}
-	}
-	band := func(stream string) int {
-		for b := 0; b <= 9; b++ {
-			if q.Stream(b) == stream {
-				return b
-			}
-		}
-		return -1
-	}
-	started := make(chan int64, 1)
-	errc := make(chan error, 1)
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		for {
-			res, err := blocker.XReadGroup(rctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "floor",
-				Streams: streams, Count: 1, Block: 10 * time.Second}).Result()
-			if errors.Is(err, redis.Nil) {
-				continue
-			}
-			if err != nil {
-				errc <- err
-				return
-			}
-			var d []lua.Delivered
-			for _, s := range res {
-				for _, m := range s.Messages {
-					d = append(d, lua.Delivered{Band: band(s.Stream), Entry: m.ID})
-				}
-			}
-			r, err := lua.Claim(rctx, e.rdb, q, lua.ClaimArgs{Consumer: "floor", NowMS: time.Now().UnixMilli(), Want: 1, MaxPayload: 1 << 20, Delivered: d})
-			at := time.Now().UnixNano()
-			if err != nil {
-				errc <- err
-				return
-			}
-			items := make([]lua.Completion, len(r.Started))
-			for i, s := range r.Started {
-				items[i] = lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded}
-			}
-			if len(r.Started) == 0 {
-				continue
-			}
-			started <- at
-			if _, err := lua.Complete(rctx, e.rdb, q, time.Now().UnixMilli(), 86400000, items); err != nil {
-				errc <- err
-				return
-			}
-		}
-	}()
-	// The warm-up task first: claimed, then completed (the stream is empty again).
-	select {
-	case <-started:
-	case err := <-errc:
-		return 0, 0, err
-	case <-time.After(10 * time.Second):
-		return 0, 0, fmt.Errorf("latency floor: warm-up task not claimed")
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		l, err := e.rdb.XLen(ctx, q.Stream(0)).Result()
-		if err != nil {
-			return 0, 0, err
-		}
-		if l == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return 0, 0, fmt.Errorf("latency floor: warm-up task not claimed")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	lat := make([]float64, 0, n)
-	next := time.Now()
-	for i := 0; i < n; i++ {
-		sent := time.Now().UnixNano()
-		if _, _, err := c.Enqueue(ctx, client.Task{Queue: benchQueue, Function: "noop"}); err != nil {
-			return 0, 0, err
-		}
-		select {
-		case at := <-started:
-			lat = append(lat, float64(at-sent)/1e6)
-		case err := <-errc:
-			return 0, 0, err
-		case <-time.After(10 * time.Second):
-			return 0, 0, fmt.Errorf("latency floor: task %d not claimed in 10 s", i)
-		}
-		next = next.Add(o.gap)
-		time.Sleep(time.Until(next))
-	}
-	sort.Float64s(lat)
-	pct := func(p float64) float64 { return round(lat[max(0, int(math.Ceil(p*float64(n)))-1)], 3) }
-	return pct(0.5), pct(0.99), nil
 }

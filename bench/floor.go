@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/client"
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/internal/redisconn"
+	"github.com/dtq/dtq/lua"
+)
+
+// envFloorReader set to a key prefix makes this binary run the latency floor's reader
+// (maybeFloorReader) instead of its usual work.
+const envFloorReader = "DTQ_BENCH_FLOOR_READER"
+
+// latencyFloor measures, on the same Redis and with the same gaps, what the design's
+// idle pickup costs with no worker logic: the client's enqueue script, then, in another
+// idle process as a worker is, a blocking XREADGROUP over the queue's bands woken by it
+// and one claim script call for the delivered entry. The time is taken when the claim's
+// reply is in. A dtq worker makes exactly these round trips before a task starts; the
+// gap between this floor and the worker's figure is the worker's own part.
+func latencyFloor(ctx context.Context, e *benchEnv, o options, n int) (p50, p99 float64, err error) {
+	prefix := e.prefix()
+	defer e.drop(prefix)
+	c := e.client(prefix)
+	q := keys.New(prefix).Queue(benchQueue)
+	for b := 0; b <= keys.MaxPriority; b++ {
+		if err := e.rdb.XGroupCreateMkStream(ctx, q.Stream(b), keys.Group, "0").Err(); err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+			return 0, 0, err
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return 0, 0, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), envFloorReader+"="+prefix, "DTQ_REDIS_URL="+e.url)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	started := make(chan int64, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			v, err := strconv.ParseInt(sc.Text(), 10, 64)
+			if err != nil {
+				break
+			}
+			started <- v
+		}
+		close(started)
+	}()
+	next := func(i int) (int64, error) {
+		select {
+		case at, ok := <-started:
+			if !ok {
+				return 0, errors.New("latency floor: the reader process ended")
+			}
+			return at, nil
+		case <-time.After(10 * time.Second):
+			return 0, fmt.Errorf("latency floor: task %d not claimed in 10 s", i)
+		}
+	}
+	// A warm-up task: the reader is connected and blocked once it has claimed it.
+	if _, _, err := c.Enqueue(ctx, client.Task{Queue: benchQueue, Function: "noop"}); err != nil {
+		return 0, 0, err
+	}
+	if _, err := next(-1); err != nil {
+		return 0, 0, err
+	}
+	time.Sleep(o.gap)
+	lat := make([]float64, 0, n)
+	tick := time.Now()
+	for i := 0; i < n; i++ {
+		sent := time.Now().UnixNano()
+		if _, _, err := c.Enqueue(ctx, client.Task{Queue: benchQueue, Function: "noop"}); err != nil {
+			return 0, 0, err
+		}
+		at, err := next(i)
+		if err != nil {
+			return 0, 0, err
+		}
+		lat = append(lat, float64(at-sent)/1e6)
+		tick = tick.Add(o.gap)
+		time.Sleep(time.Until(tick))
+	}
+	sort.Float64s(lat)
+	pct := func(p float64) float64 { return round(lat[max(0, int(math.Ceil(p*float64(n)))-1)], 3) }
+	return pct(0.5), pct(0.99), nil
+}
+
+// maybeFloorReader runs the latency floor's reader and exits when this process was
+// started as one: block on the queue's bands, claim what arrives, print the Unix time
+// in nanoseconds at which the claim's reply came in, complete it; until killed.
+func maybeFloorReader() {
+	prefix := os.Getenv(envFloorReader)
+	if prefix == "" {
+		return
+	}
+	if err := floorReader(context.Background(), prefix, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "latency floor reader: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func floorReader(ctx context.Context, prefix string, w io.Writer) error {
+	rdb, err := redisconn.Open(os.Getenv("DTQ_REDIS_URL"), redisconn.Options{CAFile: os.Getenv("DTQ_REDIS_CA_FILE"), PoolSize: 2})
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	q := keys.New(prefix).Queue(benchQueue)
+	streams := make([]string, 0, 2*(keys.MaxPriority+1))
+	for b := keys.MaxPriority; b >= 0; b-- {
+		streams = append(streams, q.Stream(b))
+	}
+	for range keys.MaxPriority + 1 {
+		streams = append(streams, ">")
+	}
+	band := func(stream string) int {
+		for b := 0; b <= keys.MaxPriority; b++ {
+			if q.Stream(b) == stream {
+				return b
+			}
+		}
+		return -1
+	}
+	// Its own connection for the blocking read, as a worker has (on a single node).
+	read := rdb.XReadGroup
+	if single, ok := rdb.(*redis.Client); ok {
+		conn := single.Conn()
+		defer conn.Close()
+		read = conn.XReadGroup
+	}
+	for {
+		res, err := read(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "floor",
+			Streams: streams, Count: 1, Block: 10 * time.Second}).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		var d []lua.Delivered
+		for _, s := range res {
+			for _, m := range s.Messages {
+				d = append(d, lua.Delivered{Band: band(s.Stream), Entry: m.ID})
+			}
+		}
+		r, err := lua.Claim(ctx, rdb, q, lua.ClaimArgs{Consumer: "floor", NowMS: time.Now().UnixMilli(), Want: 1, MaxPayload: 1 << 20, Delivered: d})
+		at := time.Now().UnixNano()
+		if err != nil {
+			return err
+		}
+		if len(r.Started) == 0 {
+			continue
+		}
+		if _, err := fmt.Fprintln(w, at); err != nil {
+			return err
+		}
+		items := make([]lua.Completion, len(r.Started))
+		for i, s := range r.Started {
+			items[i] = lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded}
+		}
+		if _, err := lua.Complete(ctx, rdb, q, time.Now().UnixMilli(), 86400000, items); err != nil {
+			return err
+		}
+	}
+}
