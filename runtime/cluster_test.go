@@ -1,0 +1,129 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/client"
+	"github.com/dtq/dtq/function"
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/internal/redisconn"
+	"github.com/dtq/dtq/internal/redistest"
+	"github.com/dtq/dtq/runtime"
+)
+
+// TestRedisCluster runs workers against a three-node Redis Cluster, through a
+// redis+cluster:// URL, on queues whose keys live on three different nodes: tasks of
+// every kind (each band, a retry, a delayed task, a unique key) succeed, each band
+// ends empty, the scheduler moves due work on every node, and a drain's hand-back
+// reaches a peer through the reaper on the entry's own node.
+func TestRedisCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	rdb, err := redisconn.Open(cl.URL(), redisconn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	if _, ok := rdb.(*redis.ClusterClient); !ok {
+		t.Fatalf("%s opened a %T, want a cluster client", cl.URL(), rdb)
+	}
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	ks := keys.New(prefix)
+
+	// One queue on each node.
+	var queues []string
+	nodes := map[int]bool{}
+	for i := 0; len(nodes) < len(cl.Nodes) && i < 200; i++ {
+		q := fmt.Sprintf("q%d", i)
+		if n := cl.NodeOf(t, ks.Queue(q).Stream(0)); !nodes[n] {
+			nodes[n] = true
+			queues = append(queues, q)
+		}
+	}
+	if len(nodes) < len(cl.Nodes) {
+		t.Fatalf("found queues on %d nodes only", len(nodes))
+	}
+
+	c := client.New(rdb, client.Options{Prefix: prefix})
+	rec := newRecorder()
+	b := newBlocking(1) // attempt 1 blocks until cancelled; later attempts succeed
+	reg := function.Registry()
+	reg.Register("block", b.fn, runtime.FuncOptions{MaxRetries: 0})
+	cfg := testConfig(t, cl.URL(), prefix, map[string]string{
+		"DTQ_QUEUES": strings.Join(queues, ","), "DTQ_DRAIN_TIMEOUT_S": "0.2",
+		"DTQ_VISIBILITY_TIMEOUT_S": "20", "DTQ_HEARTBEAT_INTERVAL_S": "1"})
+	first := startWorker(t, rdb, cfg, reg, rec)
+
+	type want struct{ queue, id string }
+	var tasks []want
+	enqueue := func(tk client.Task) string {
+		t.Helper()
+		id, created, err := c.Enqueue(ctx, tk)
+		if err != nil || !created {
+			t.Fatalf("enqueue %+v: created=%v err=%v", tk, created, err)
+		}
+		return id
+	}
+	for _, q := range queues {
+		for _, p := range []int{0, 5, 9} {
+			tasks = append(tasks, want{q, enqueue(client.Task{Queue: q, Function: "echo", Priority: p, Payload: []byte(`{"q":"` + q + `"}`)})})
+		}
+		tasks = append(tasks, want{q, enqueue(client.Task{Queue: q, Function: "fail", Payload: []byte(`{"times":1}`), MaxRetries: client.Retries(2)})})
+		tasks = append(tasks, want{q, enqueue(client.Task{Queue: q, Function: "noop", Delay: 200 * time.Millisecond})})
+		id := enqueue(client.Task{Queue: q, Function: "noop", Unique: "once"})
+		tasks = append(tasks, want{q, id})
+		if again, created, err := c.Enqueue(ctx, client.Task{Queue: q, Function: "noop", Unique: "once"}); err != nil || created || again != id {
+			t.Fatalf("%s: second enqueue with the unique key: id %s created %v err %v, want %s and nothing created", q, again, created, err, id)
+		}
+	}
+	for _, tk := range tasks {
+		rec.wait(t, "task "+tk.id, is(runtime.EventTaskSucceeded, tk.id))
+	}
+	for _, tk := range tasks {
+		ti, err := c.Get(ctx, tk.queue, tk.id)
+		if err != nil || ti.Status != "succeeded" {
+			t.Fatalf("%s/%s: %+v %v, want succeeded", tk.queue, tk.id, ti, err)
+		}
+	}
+
+	// A drain past its timeout hands the running task back; a peer's reaper, on
+	// whichever node the entry lives, takes it at once.
+	q := queues[len(queues)-1]
+	id := enqueue(client.Task{Queue: q, Function: "block"})
+	b.waitStart(t)
+	first.stop()
+	rec.wait(t, "hand-back", is(runtime.EventHandedBack, id))
+	peer := startWorker(t, rdb, cfg, reg, rec)
+	rec.wait(t, "peer completes the handed-back task", func(ev runtime.Event) bool {
+		return ev.Type == runtime.EventTaskSucceeded && ev.TaskID == id && ev.Worker == peer.w.ID()
+	})
+	if ti, err := c.Get(ctx, q, id); err != nil || ti.Status != "succeeded" || ti.Attempt != 2 {
+		t.Fatalf("handed-back task %+v %v: want succeeded at attempt 2", ti, err)
+	}
+
+	for _, q := range queues {
+		for p := 0; p <= keys.MaxPriority; p++ {
+			if n, err := rdb.XLen(ctx, ks.Queue(q).Stream(p)).Result(); err != nil || n != 0 {
+				t.Fatalf("%s band %d: XLEN %d (%v) after every task ended, want 0", q, p, n, err)
+			}
+		}
+	}
+	ws, err := c.Workers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, w := range ws {
+		found = found || w.ID == peer.w.ID()
+	}
+	if !found {
+		t.Fatalf("workers %+v: the live peer %s is missing", ws, peer.w.ID())
+	}
+}
