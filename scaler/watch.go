@@ -252,6 +252,11 @@ func (w *watcher) run() {
 			continue // something is due now (or a subscription just went idle)
 		}
 		if len(next.streams) == 0 || !single {
+			if !single && len(next.streams) > 0 {
+				// Cluster: no blocking read can span the slots, so new entries on an
+				// idle subscription's streams are looked for every poll.
+				d = min(d, w.poll)
+			}
 			if !w.wait(d, true) {
 				return
 			}

@@ -1,0 +1,125 @@
+package scaler
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	pb "github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/internal/redistest"
+)
+
+// TestRedisCluster serves the signal of queues on three different nodes of a Redis
+// Cluster: GetMetrics counts each queue's lag, pending and due tasks on its own node,
+// and StreamIsActive (which polls on a cluster: one XREAD cannot span slots) wakes on
+// the first task and goes idle again when the backlog drains.
+func TestRedisCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	c := cl.Client(t)
+	ctx := ctxT(t)
+	prefix := redistest.Prefix(t)
+	ks := keys.New(prefix)
+	var queues []string
+	nodes := map[int]bool{}
+	for i := 0; len(nodes) < len(cl.Nodes) && i < 200; i++ {
+		q := fmt.Sprintf("q%d", i)
+		if n := cl.NodeOf(t, ks.Queue(q).Stream(0)); !nodes[n] {
+			nodes[n] = true
+			queues = append(queues, q)
+		}
+	}
+	if len(nodes) < len(cl.Nodes) {
+		t.Fatalf("found queues on %d nodes only", len(nodes))
+	}
+
+	cfg := testConfig(prefix)
+	// Resynchronising reads far apart: on a cluster the push must come from polling
+	// every PushPollMS, or it would not come before the test's deadline.
+	cfg.PushMaxBlockMS = 300000
+	s, err := New(cfg, c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Serve(gl, hl)
+	t.Cleanup(s.Stop)
+	cc, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	f := &fixture{s: s, ks: ks, cli: pb.NewExternalScalerClient(cc), cc: cc, cfg: cfg}
+
+	add := func(q string, band, n int) []string {
+		t.Helper()
+		stream := ks.Queue(q).Stream(band)
+		_ = c.XGroupCreateMkStream(ctx, stream, keys.Group, "0").Err()
+		var ids []string
+		for range n {
+			id, err := c.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"task", "t", "attempt", 0}}).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	// Queue i: i+1 undelivered on band 9, i+1 delivered and pending on band 3, one due.
+	var want float64
+	for i, q := range queues {
+		add(q, 9, i+1)
+		add(q, 3, i+1)
+		if err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w",
+			Streams: []string{ks.Queue(q).Stream(3), ">"}, Count: int64(i + 1), Block: -1}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ZAdd(ctx, ks.Queue(q).Schedule(), redis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: "due"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		want += float64(2*(i+1) + 1)
+	}
+	r := ref("queues", queues[0]+","+queues[1]+","+queues[2])
+	got := metricValues(t, f, r)
+	name := "dtq-" + queues[0] + "-" + queues[1] + "-" + queues[2]
+	if got[name] != want {
+		t.Fatalf("%s = %v, want %v (all: %v)", name, got[name], want, got)
+	}
+
+	// Push on a queue of its own node.
+	q := queues[2]
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := f.cli.StreamIsActive(pctx, ref("queues", q+"x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := stream.Recv(); err != nil || first.Result {
+		t.Fatalf("first message = %v, %v; want false", first, err)
+	}
+	ids := add(q+"x", 5, 1)
+	if m, err := stream.Recv(); err != nil || !m.Result {
+		t.Fatalf("after the first task: %v, %v; want true", m, err)
+	}
+	stx := ks.Queue(q + "x").Stream(5)
+	if err := c.XDel(ctx, stx, ids...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := stream.Recv(); err != nil || m.Result {
+		t.Fatalf("after the backlog drained: %v, %v; want false", m, err)
+	}
+}
