@@ -127,3 +127,57 @@ func TestRedisCluster(t *testing.T) {
 		t.Fatalf("workers %+v: the live peer %s is missing", ws, peer.w.ID())
 	}
 }
+
+// TestRedisSentinel runs a worker that finds its Redis through a sentinel
+// (redis+sentinel:// URL): tasks run, retry and finish, and a drain's hand-back on the
+// master it found reaches a peer.
+func TestRedisSentinel(t *testing.T) {
+	t.Parallel()
+	master := redistest.Start(t, redistest.Options{})
+	sen := redistest.StartSentinel(t, master, "dtqmaster")
+	rdb, err := redisconn.Open(sen.URL(), redisconn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	c := client.New(rdb, client.Options{Prefix: prefix})
+	rec := newRecorder()
+	b := newBlocking(1)
+	reg := function.Registry()
+	reg.Register("block", b.fn, runtime.FuncOptions{MaxRetries: 0})
+	cfg := testConfig(t, sen.URL(), prefix, map[string]string{"DTQ_DRAIN_TIMEOUT_S": "0.2",
+		"DTQ_VISIBILITY_TIMEOUT_S": "20", "DTQ_HEARTBEAT_INTERVAL_S": "1"})
+	first := startWorker(t, rdb, cfg, reg, rec)
+	var ids []string
+	for _, tk := range []client.Task{
+		{Queue: "default", Function: "echo", Priority: 9, Payload: []byte(`{}`)},
+		{Queue: "default", Function: "fail", Payload: []byte(`{"times":1}`), MaxRetries: client.Retries(2)},
+		{Queue: "default", Function: "noop", Delay: 100 * time.Millisecond},
+	} {
+		id, _, err := c.Enqueue(ctx, tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		rec.wait(t, "task "+id, is(runtime.EventTaskSucceeded, id))
+	}
+	id, _, err := c.Enqueue(ctx, client.Task{Queue: "default", Function: "block"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.waitStart(t)
+	first.stop()
+	rec.wait(t, "hand-back", is(runtime.EventHandedBack, id))
+	peer := startWorker(t, rdb, cfg, reg, rec)
+	rec.wait(t, "peer completes the handed-back task", func(ev runtime.Event) bool {
+		return ev.Type == runtime.EventTaskSucceeded && ev.TaskID == id && ev.Worker == peer.w.ID()
+	})
+	// Everything went to the master the sentinel named.
+	if n, err := master.Client(t).Exists(ctx, keys.New(prefix).Queue("default").Task(id)).Result(); err != nil || n != 1 {
+		t.Fatalf("task %s on the master: %d %v", id, n, err)
+	}
+}
