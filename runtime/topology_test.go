@@ -2,7 +2,6 @@ package runtime_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -37,19 +36,7 @@ func TestRedisCluster(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	ks := keys.New(prefix)
 
-	// One queue on each node.
-	var queues []string
-	nodes := map[int]bool{}
-	for i := 0; len(nodes) < len(cl.Nodes) && i < 200; i++ {
-		q := fmt.Sprintf("q%d", i)
-		if n := cl.NodeOf(t, ks.Queue(q).Stream(0)); !nodes[n] {
-			nodes[n] = true
-			queues = append(queues, q)
-		}
-	}
-	if len(nodes) < len(cl.Nodes) {
-		t.Fatalf("found queues on %d nodes only", len(nodes))
-	}
+	queues := cl.QueuesOnEveryNode(t, func(q string) string { return ks.Queue(q).Stream(0) })
 
 	c := client.New(rdb, client.Options{Prefix: prefix})
 	rec := newRecorder()

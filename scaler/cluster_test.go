@@ -2,15 +2,10 @@ package scaler
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"testing"
 	"time"
 
-	pb "github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/redistest"
@@ -27,43 +22,13 @@ func TestRedisCluster(t *testing.T) {
 	ctx := ctxT(t)
 	prefix := redistest.Prefix(t)
 	ks := keys.New(prefix)
-	var queues []string
-	nodes := map[int]bool{}
-	for i := 0; len(nodes) < len(cl.Nodes) && i < 200; i++ {
-		q := fmt.Sprintf("q%d", i)
-		if n := cl.NodeOf(t, ks.Queue(q).Stream(0)); !nodes[n] {
-			nodes[n] = true
-			queues = append(queues, q)
-		}
-	}
-	if len(nodes) < len(cl.Nodes) {
-		t.Fatalf("found queues on %d nodes only", len(nodes))
-	}
+	queues := cl.QueuesOnEveryNode(t, func(q string) string { return ks.Queue(q).Stream(0) })
 
 	cfg := testConfig(prefix)
 	// Resynchronising reads far apart: on a cluster the push must come from polling
 	// every PushPollMS, or it would not come before the test's deadline.
 	cfg.PushMaxBlockMS = 300000
-	s, err := New(cfg, c, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Serve(gl, hl)
-	t.Cleanup(s.Stop)
-	cc, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	f := &fixture{s: s, ks: ks, cli: pb.NewExternalScalerClient(cc), cc: cc, cfg: cfg}
+	f := serve(t, c, cfg)
 
 	add := func(q string, band, n int) []string {
 		t.Helper()

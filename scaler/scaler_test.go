@@ -54,6 +54,15 @@ func setup(t testing.TB, srv *redistest.Server, tweak func(*Config)) *fixture {
 	}
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
+	f := serve(t, c, cfg)
+	f.c = c
+	return f
+}
+
+// serve starts a scaler of cfg over c on loopback listeners and a gRPC client of it;
+// both stop when t ends.
+func serve(t testing.TB, c redis.UniversalClient, cfg Config) *fixture {
+	t.Helper()
 	s, err := New(cfg, c, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +82,7 @@ func setup(t testing.TB, srv *redistest.Server, tweak func(*Config)) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
-	return &fixture{s: s, c: c, ks: keys.New(prefix), cli: pb.NewExternalScalerClient(cc), cc: cc, cfg: cfg}
+	return &fixture{s: s, ks: keys.New(cfg.KeyPrefix), cli: pb.NewExternalScalerClient(cc), cc: cc, cfg: cfg}
 }
 
 func ref(kv ...string) *pb.ScaledObjectRef {

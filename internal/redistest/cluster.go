@@ -56,6 +56,25 @@ func (c *Cluster) NodeOf(t testing.TB, key string) int {
 	return min(int(slot)/per, len(c.Nodes)-1)
 }
 
+// QueuesOnEveryNode returns queue names ("q0", "q1", …), one served by each node, for
+// a key schema that maps a queue name to one of its keys.
+func (c *Cluster) QueuesOnEveryNode(t testing.TB, keyOf func(queue string) string) []string {
+	t.Helper()
+	var queues []string
+	nodes := map[int]bool{}
+	for i := 0; len(nodes) < len(c.Nodes) && i < 1000; i++ {
+		q := fmt.Sprintf("q%d", i)
+		if n := c.NodeOf(t, keyOf(q)); !nodes[n] {
+			nodes[n] = true
+			queues = append(queues, q)
+		}
+	}
+	if len(nodes) < len(c.Nodes) {
+		t.Fatalf("redistest: found queues on %d of %d nodes only", len(nodes), len(c.Nodes))
+	}
+	return queues
+}
+
 // StartCluster starts n redis-server processes in cluster mode, gives each an equal
 // range of slots, joins them, and waits until every node reports the cluster ok and
 // knows every node's slots. They stop when t ends.
