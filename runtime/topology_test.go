@@ -85,12 +85,7 @@ func TestRedisCluster(t *testing.T) {
 	q := queues[len(queues)-1]
 	id := enqueue(client.Task{Queue: q, Function: "block"})
 	b.waitStart(t)
-	first.stop()
-	rec.wait(t, "hand-back", is(runtime.EventHandedBack, id))
-	peer := startWorker(t, rdb, cfg, reg, rec)
-	rec.wait(t, "peer completes the handed-back task", func(ev runtime.Event) bool {
-		return ev.Type == runtime.EventTaskSucceeded && ev.TaskID == id && ev.Worker == peer.w.ID()
-	})
+	peer := handBackToPeer(t, first, id, rdb, cfg, reg, rec)
 	if ti, err := c.Get(ctx, q, id); err != nil || ti.Status != "succeeded" || ti.Attempt != 2 {
 		t.Fatalf("handed-back task %+v %v: want succeeded at attempt 2", ti, err)
 	}
@@ -157,14 +152,22 @@ func TestRedisSentinel(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.waitStart(t)
+	handBackToPeer(t, first, id, rdb, cfg, reg, rec)
+	// Everything went to the master the sentinel named.
+	if n, err := master.Client(t).Exists(ctx, keys.New(prefix).Queue("default").Task(id)).Result(); err != nil || n != 1 {
+		t.Fatalf("task %s on the master: %d %v", id, n, err)
+	}
+}
+
+// handBackToPeer stops first, whose drain runs out while task id runs, waits for the
+// hand-back, and starts a peer, returned once it has completed the task.
+func handBackToPeer(t *testing.T, first *running, id string, rdb redis.UniversalClient, cfg runtime.Config, reg *runtime.Registry, rec *recorder) *running {
+	t.Helper()
 	first.stop()
 	rec.wait(t, "hand-back", is(runtime.EventHandedBack, id))
 	peer := startWorker(t, rdb, cfg, reg, rec)
 	rec.wait(t, "peer completes the handed-back task", func(ev runtime.Event) bool {
 		return ev.Type == runtime.EventTaskSucceeded && ev.TaskID == id && ev.Worker == peer.w.ID()
 	})
-	// Everything went to the master the sentinel named.
-	if n, err := master.Client(t).Exists(ctx, keys.New(prefix).Queue("default").Task(id)).Result(); err != nil || n != 1 {
-		t.Fatalf("task %s on the master: %d %v", id, n, err)
-	}
+	return peer
 }
