@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -170,4 +171,68 @@ func handBackToPeer(t *testing.T, first *running, id string, rdb redis.Universal
 		return ev.Type == runtime.EventTaskSucceeded && ev.TaskID == id && ev.Worker == peer.w.ID()
 	})
 	return peer
+}
+
+// TestRedisSentinelFailover: the master dies, the sentinel promotes its replica, and the
+// worker, which found Redis through the sentinel, carries on against the new master:
+// a task enqueued (and replicated) before the failover and tasks enqueued after it all
+// succeed. (Writes the old master had not replicated are Redis's to lose, not tested.)
+func TestRedisSentinelFailover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	master := redistest.Start(t, redistest.Options{})
+	replica := redistest.Start(t, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}})
+	rc := replica.Client(t)
+	eventually(t, "the replica's link to its master", func() bool {
+		info, err := rc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	sen := redistest.StartSentinel(t, master, "dtqfail",
+		"sentinel down-after-milliseconds dtqfail 500", "sentinel failover-timeout dtqfail 5000")
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sen.Addr()})
+	t.Cleanup(func() { _ = sc.Close() })
+	eventually(t, "the sentinel to know the replica", func() bool {
+		rs, err := sc.Replicas(ctx, "dtqfail").Result()
+		return err == nil && len(rs) == 1
+	})
+
+	rdb, err := redisconn.Open(sen.URL(), redisconn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	prefix := redistest.Prefix(t)
+	c := client.New(rdb, client.Options{Prefix: prefix})
+	rec := newRecorder()
+	startWorker(t, rdb, testConfig(t, sen.URL(), prefix, nil), nil, rec)
+	before, _, err := c.Enqueue(ctx, client.Task{Queue: "default", Function: "noop", Delay: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := master.Client(t).Wait(ctx, 1, 5000).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT for the replica: %d %v", n, err)
+	}
+
+	master.Kill()
+	eventually(t, "the sentinel to promote the replica", func() bool {
+		addr, err := sc.GetMasterAddrByName(ctx, "dtqfail").Result()
+		return err == nil && len(addr) == 2 && addr[1] == strconv.Itoa(replica.Port)
+	})
+	var after []string
+	for range 3 {
+		var id string
+		eventually(t, "an enqueue on the new master", func() bool {
+			id, _, err = c.Enqueue(ctx, client.Task{Queue: "default", Function: "echo", Payload: []byte(`{}`)})
+			return err == nil
+		})
+		after = append(after, id)
+	}
+	for _, id := range append(after, before) {
+		rec.wait(t, "task "+id, is(runtime.EventTaskSucceeded, id))
+	}
+	for _, id := range append(after, before) {
+		if ti, err := c.Get(ctx, "default", id); err != nil || ti.Status != "succeeded" {
+			t.Fatalf("task %s: %+v %v, want succeeded", id, ti, err)
+		}
+	}
 }

@@ -23,9 +23,11 @@ func (s *Sentinel) URL() string {
 	return "redis+sentinel://" + s.Addr() + "?master_name=" + s.MasterName
 }
 
-// StartSentinel starts a sentinel monitoring master under name (quorum 1) and waits
-// until it reports the master's address. It stops when t ends.
-func StartSentinel(t testing.TB, master *Server, name string) *Sentinel {
+// StartSentinel starts a sentinel monitoring master under name (quorum 1), with extra
+// lines appended to its configuration (a later "sentinel down-after-milliseconds …"
+// overrides the default of 5 s), and waits until it reports the master's address. It
+// stops when t ends.
+func StartSentinel(t testing.TB, master *Server, name string, extra ...string) *Sentinel {
 	t.Helper()
 	dir := t.TempDir()
 	port, err := freePort()
@@ -35,6 +37,9 @@ func StartSentinel(t testing.TB, master *Server, name string) *Sentinel {
 	conf := filepath.Join(dir, "sentinel.conf")
 	text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 5000\n",
 		port, dir, filepath.Join(dir, "redis.log"), name, master.Port, name)
+	for _, line := range extra {
+		text += line + "\n"
+	}
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
