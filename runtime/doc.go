@@ -82,8 +82,10 @@
 //   - Receipts: a claim call resent after its reply was lost (go-redis resends on a dropped
 //     connection) finds its receipt, a key holding the first run's reply for at most a
 //     minute, and returns that reply instead of claiming again; without it the tasks the
-//     first run started would sit pending until the visibility timeout. Each loop's next
-//     call on a queue deletes the previous receipt.
+//     first run started would sit pending until the visibility timeout. A call that got
+//     no reply at all (go-redis gave up, the loop failed and restarted) is sent again
+//     under the same name as the loop's next call on that queue, so its receipt answers
+//     if it ran. Each loop's next call on a queue deletes the previous receipt.
 //   - A reclaim after a silent death counts as a failed attempt, so a task that kills its
 //     worker every time ends dead instead of looping; a hand-back at drain does not count.
 //   - Drain: at the deadline, running functions are cancelled and their entries handed

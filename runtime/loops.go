@@ -21,7 +21,7 @@ func (w *Worker) reaperInterval() time.Duration {
 // reaperLoop takes over entries idle past the visibility timeout (their worker died or
 // went silent) on every band of every queue, at most concurrency×2 per pass.
 func (w *Worker) reaperLoop(ctx context.Context) error {
-	calls := w.newCalls()
+	calls := w.reapCalls
 	for {
 		if _, err := w.reapOnce(ctx, calls); err != nil {
 			if ctx.Err() != nil {
@@ -55,6 +55,7 @@ func (w *Worker) reapOnce(ctx context.Context, calls *calls) (int, error) {
 		if err != nil {
 			return started, err
 		}
+		calls.answered(q.Name)
 		w.handleClaim(q, res)
 		n := len(res.Started) + len(res.Absorbed) + len(res.Invalid)
 		budget -= n

@@ -22,7 +22,7 @@ const batchMax = 32
 // paused queues; when nothing was collected, block on all bands at once.
 func (w *Worker) pollLoop(ctx context.Context) error {
 	paused := make([]bool, len(w.queues))
-	calls := w.newCalls()
+	calls := w.pollCalls
 	for ctx.Err() == nil {
 		capacity := int64(w.cfg.Concurrency) - w.inflight.Load()
 		if w.cfg.MaxTasks > 0 {
@@ -81,6 +81,7 @@ func (w *Worker) fetch(ctx context.Context, calls *calls, capacity int64, paused
 			w.metrics.redisErrors.WithLabelValues("claim").Inc()
 			return got, err
 		}
+		calls.answered(q.Name)
 		paused[i] = res.Paused
 		w.handleClaim(q, res)
 		got += int64(len(res.Started))
@@ -152,6 +153,7 @@ func (w *Worker) block(ctx context.Context, calls *calls, capacity int64, paused
 			w.metrics.redisErrors.WithLabelValues("claim").Inc()
 			return err // the entries stay pending; the reaper takes them after the visibility timeout
 		}
+		calls.answered(q.Name)
 		paused[i] = res.Paused
 		w.handleClaim(q, res)
 		capacity -= int64(len(res.Started))
@@ -179,20 +181,36 @@ func (w *Worker) handBackDeliveries(delivered map[string][]lua.Delivered) error 
 
 // calls names one loop's claim calls: a resent call (its reply was lost) gets the same
 // reply from its receipt, and each call deletes the receipt of the loop's previous call
-// on the queue, which got its reply.
+// on the queue, which got its reply. A call that got no reply at all (go-redis gave up
+// resending, or the loop failed and restarted) is sent again, under the same name, as
+// the loop's next call on that queue: if it ran in Redis, its receipt answers and the
+// tasks it claimed start now instead of after the visibility timeout. calls outlive
+// the loop's restarts for that reason.
 type calls struct {
 	w    *Worker
-	prev map[string]string
+	last map[string]string // the queue's latest call
+	prev map[string]string // the call before it, which got its reply
+	open map[string]bool   // the latest call has had no reply yet
 }
 
-func (w *Worker) newCalls() *calls { return &calls{w: w, prev: map[string]string{}} }
+func (w *Worker) newCalls() *calls {
+	return &calls{w: w, last: map[string]string{}, prev: map[string]string{}, open: map[string]bool{}}
+}
 
+// next names the next call on queue and the previous answered one; call answered once
+// the reply is in.
 func (c *calls) next(queue string) (call, prev string) {
+	if c.open[queue] {
+		return c.last[queue], c.prev[queue]
+	}
+	c.prev[queue] = c.last[queue]
 	call = c.w.id + "." + strconv.FormatInt(c.w.callSeq.Add(1), 36)
-	prev = c.prev[queue]
-	c.prev[queue] = call
-	return call, prev
+	c.last[queue], c.open[queue] = call, true
+	return call, c.prev[queue]
 }
+
+// answered records that queue's latest call got its reply.
+func (c *calls) answered(queue string) { c.open[queue] = false }
 
 // idleFor reports whether DTQ_WORKER_IDLE_EXIT_S has passed with nothing running.
 func (w *Worker) idleFor() bool {

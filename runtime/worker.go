@@ -95,6 +95,8 @@ type Worker struct {
 	executors      atomic.Int64 // executor goroutines started
 	idleExecutors  atomic.Int64 // executors waiting for a job
 	callSeq        atomic.Int64 // numbers claim calls (their receipts)
+	// The claim calls of the poll and reaper loops, kept across their restarts.
+	pollCalls, reapCalls *calls
 
 	knownMu sync.Mutex
 	known   []string // every queue ever enqueued to, as of the scheduler's last pass
@@ -142,6 +144,7 @@ func New(o Options) (*Worker, error) {
 		firstFetch:  make(chan struct{}),
 	}
 	w.log = log.With("worker_id", w.id)
+	w.pollCalls, w.reapCalls = w.newCalls(), w.newCalls()
 	for _, q := range cfg.Queues {
 		kq := w.ks.Queue(q)
 		w.queues = append(w.queues, kq)

@@ -1,0 +1,58 @@
+package runtime_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/chaos"
+	"github.com/dtq/dtq/client"
+	"github.com/dtq/dtq/internal/redistest"
+	"github.com/dtq/dtq/runtime"
+)
+
+// TestUnansweredClaimIsResent: Redis runs a claim, its reply never reaches the worker,
+// and go-redis does not resend it (here: no retries at all), so the poll loop fails and
+// restarts. Its next call on the queue is that same call again, which the receipt
+// answers: the task it claimed starts at once, on its first attempt, instead of waiting
+// for a reaper after the visibility timeout (60 s here, past the test's deadline).
+func TestUnansweredClaimIsResent(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	proxy, err := chaos.NewProxy(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	prefix := redistest.Prefix(t)
+	direct := srv.Client(t)
+	c := client.New(direct, client.Options{Prefix: prefix})
+	rec := newRecorder()
+	// A long block: no claim call but the one the task's arrival causes.
+	cfg := testConfig(t, "redis://"+proxy.Addr(), prefix, map[string]string{
+		"DTQ_VISIBILITY_TIMEOUT_S": "60", "DTQ_HEARTBEAT_INTERVAL_S": "5", "DTQ_POLL_BLOCK_MS": "60000"})
+	w := startWorker(t, rdb, cfg, nil, rec)
+	<-w.w.Fetched()
+	// The first fetch may still be on its way back; the next read-mode claim is the
+	// one the blocking read's delivery causes.
+	eventually(t, "the worker to block", func() bool {
+		clients, err := direct.ClientList(t.Context()).Result()
+		return err == nil && strings.Contains(clients, "cmd=xreadgroup")
+	})
+	proxy.CutOnReply(chaos.Contains("EVALSHA", ":paused", "read"), 1)
+	id, _, err := c.Enqueue(t.Context(), client.Task{Queue: "default", Function: "noop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.wait(t, "the task to succeed", is(runtime.EventTaskSucceeded, id))
+	if proxy.Armed() != 0 {
+		t.Fatal("the claim's reply was never cut: the test tested nothing")
+	}
+	ti, err := c.Get(t.Context(), "default", id)
+	if err != nil || ti.Status != "succeeded" || ti.Attempt != 1 || ti.Reclaims != 0 {
+		t.Fatalf("task %+v %v: want succeeded on attempt 1, never reclaimed", ti, err)
+	}
+}
