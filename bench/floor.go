@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"sort"
@@ -106,8 +105,7 @@ func latencyFloor(ctx context.Context, e *benchEnv, o options, n int) (p50, p99 
 		time.Sleep(time.Until(tick))
 	}
 	sort.Float64s(lat)
-	pct := func(p float64) float64 { return round(lat[max(0, int(math.Ceil(p*float64(n)))-1)], 3) }
-	return pct(0.5), pct(0.99), nil
+	return latencyPct(lat, 0.5), latencyPct(lat, 0.99), nil
 }
 
 // maybeFloorReader runs the latency floor's reader and exits when this process was
@@ -139,14 +137,6 @@ func floorReader(ctx context.Context, prefix string, w io.Writer) error {
 	for range keys.MaxPriority + 1 {
 		streams = append(streams, ">")
 	}
-	band := func(stream string) int {
-		for b := 0; b <= keys.MaxPriority; b++ {
-			if q.Stream(b) == stream {
-				return b
-			}
-		}
-		return -1
-	}
 	// Its own connection for the blocking read, as a worker has (on a single node).
 	read := rdb.XReadGroup
 	if single, ok := rdb.(*redis.Client); ok {
@@ -166,7 +156,7 @@ func floorReader(ctx context.Context, prefix string, w io.Writer) error {
 		var d []lua.Delivered
 		for _, s := range res {
 			for _, m := range s.Messages {
-				d = append(d, lua.Delivered{Band: band(s.Stream), Entry: m.ID})
+				d = append(d, lua.Delivered{Band: q.BandOf(s.Stream), Entry: m.ID})
 			}
 		}
 		r, err := lua.Claim(ctx, rdb, q, lua.ClaimArgs{Consumer: "floor", NowMS: time.Now().UnixMilli(), Want: 1, MaxPayload: 1 << 20, Delivered: d})

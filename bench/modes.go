@@ -296,7 +296,7 @@ func runLatency(ctx context.Context, e *benchEnv, o options) (result, error) {
 		}
 	}
 	sort.Float64s(lat)
-	pct := func(p float64) float64 { return round(lat[max(0, int(math.Ceil(p*float64(n)))-1)], 3) }
+	pct := func(p float64) float64 { return latencyPct(lat, p) }
 	var sum float64
 	for _, v := range lat {
 		sum += v
@@ -550,6 +550,12 @@ func runCeiling(ctx context.Context, e *benchEnv, o options) (result, error) {
 		r["redis_cpu_us_per_task"] = round(float64((cpuTime(e.redisPID)-rcpu0).Microseconds())/float64(n), 1)
 	}
 	return r, nil
+}
+
+// latencyPct is the p-th percentile of sorted latencies (the nearest rank), in ms to
+// three decimals.
+func latencyPct(sorted []float64, p float64) float64 {
+	return round(sorted[max(0, int(math.Ceil(p*float64(len(sorted))))-1)], 3)
 }
 
 func round(x float64, d int) float64 {
