@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/redistest"
 )
@@ -30,32 +28,14 @@ func TestRedisCluster(t *testing.T) {
 	cfg.PushMaxBlockMS = 300000
 	f := serve(t, c, cfg)
 
-	add := func(q string, band, n int) []string {
-		t.Helper()
-		stream := ks.Queue(q).Stream(band)
-		_ = c.XGroupCreateMkStream(ctx, stream, keys.Group, "0").Err()
-		var ids []string
-		for range n {
-			id, err := c.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"task", "t", "attempt", 0}}).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, id)
-		}
-		return ids
-	}
+	s := seed{t, c, ks}
 	// Queue i: i+1 undelivered on band 9, i+1 delivered and pending on band 3, one due.
 	var want float64
 	for i, q := range queues {
-		add(q, 9, i+1)
-		add(q, 3, i+1)
-		if err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w",
-			Streams: []string{ks.Queue(q).Stream(3), ">"}, Count: int64(i + 1), Block: -1}).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.ZAdd(ctx, ks.Queue(q).Schedule(), redis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: "due"}).Err(); err != nil {
-			t.Fatal(err)
-		}
+		s.add(q, 9, i+1)
+		s.add(q, 3, i+1)
+		s.deliver(q, 3, i+1)
+		s.schedule(q, time.Now().Add(-time.Second), "due")
 		want += float64(2*(i+1) + 1)
 	}
 	r := ref("queues", queues[0]+","+queues[1]+","+queues[2])
@@ -76,14 +56,11 @@ func TestRedisCluster(t *testing.T) {
 	if first, err := stream.Recv(); err != nil || first.Result {
 		t.Fatalf("first message = %v, %v; want false", first, err)
 	}
-	ids := add(q+"x", 5, 1)
+	ids := s.add(q+"x", 5, 1)
 	if m, err := stream.Recv(); err != nil || !m.Result {
 		t.Fatalf("after the first task: %v, %v; want true", m, err)
 	}
-	stx := ks.Queue(q + "x").Stream(5)
-	if err := c.XDel(ctx, stx, ids...).Err(); err != nil {
-		t.Fatal(err)
-	}
+	s.finish(q+"x", 5, ids...)
 	if m, err := stream.Recv(); err != nil || m.Result {
 		t.Fatalf("after the backlog drained: %v, %v; want false", m, err)
 	}

@@ -102,7 +102,7 @@ func ctxT(t *testing.T) context.Context {
 // seed writes Redis state as workers and producers leave it.
 type seed struct {
 	t  testing.TB
-	c  *redis.Client
+	c  redis.UniversalClient
 	ks keys.Space
 }
 
