@@ -64,6 +64,18 @@ func TestModesAtSmallSize(t *testing.T) {
 	if err != nil || len(r["exec_to_first_ms"].([]float64)) != 2 {
 		t.Fatalf("coldstart: %v %v", r, err)
 	}
+	// the function is called before its outcome is recorded, both after the exec
+	for i, called := range r["exec_to_first_ms"].([]float64) {
+		if fin := r["exec_to_finished_ms"].([]float64)[i]; called <= 0 || fin < called {
+			t.Fatalf("coldstart rep %d: function called at %v ms, finished at %v ms", i, called, fin)
+		}
+	}
+	if r["finish_seen_by"] != "notification" {
+		t.Fatalf("coldstart did not watch the task through a keyspace notification: %v", r)
+	}
+	if v := e.rdb.ConfigGet(ctx, "notify-keyspace-events").Val()["notify-keyspace-events"]; v != "" {
+		t.Fatalf("coldstart left notify-keyspace-events at %q", v)
+	}
 
 	t.Log("drain")
 	o.reps = 1

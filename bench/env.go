@@ -26,6 +26,7 @@ import (
 type benchEnv struct {
 	url      string
 	addr     string // host:port, for the peer
+	db       int    // database number of the URL
 	rdb      redis.UniversalClient
 	redisPID int
 	dtq      string // path of the dtq binary built for this run
@@ -54,7 +55,7 @@ func setupEnv(ctx context.Context, o options) (*benchEnv, error) {
 		return nil, err
 	}
 	if opt, err := redis.ParseURL(e.url); err == nil {
-		e.addr = opt.Addr
+		e.addr, e.db = opt.Addr, opt.DB
 	}
 	info, err := e.rdb.Info(ctx, "server").Result()
 	if err != nil {
@@ -64,11 +65,22 @@ func setupEnv(ctx context.Context, o options) (*benchEnv, error) {
 	if isLocal(e.addr) { // CPU time is read from /proc: only for a Redis on this machine
 		e.redisPID, _ = strconv.Atoi(infoField(info, "process_id"))
 	}
+	if dir := os.Getenv("DTQ_BENCH_BIN"); dir != "" {
+		// binaries built beforehand (to compare two builds of dtq)
+		e.dtq = filepath.Join(dir, "dtq")
+		if _, err := os.Stat(e.dtq); err != nil {
+			e.close()
+			return nil, fmt.Errorf("DTQ_BENCH_BIN: %w", err)
+		}
+		return e, nil
+	}
 	e.dtq = filepath.Join(tmp, "dtq")
 	e.logf("building ./cmd/dtq and ./cmd/dtq-scaler")
-	// Stripped, as the image builds them: the binary's size shows in its start time.
+	// Static and stripped, as the image builds them: how the binary is linked and its
+	// size show in its start time.
 	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", tmp+"/",
 		"github.com/dtq/dtq/cmd/dtq", "github.com/dtq/dtq/cmd/dtq-scaler")
+	build.Env = append(os.Environ(), staticBuild)
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		e.close()
@@ -76,6 +88,11 @@ func setupEnv(ctx context.Context, o options) (*benchEnv, error) {
 	}
 	return e, nil
 }
+
+// staticBuild is how dtq and the peer are built for the benchmarks: without cgo, a
+// static binary (a dynamically linked one spends a millisecond or two in the loader
+// before main).
+const staticBuild = "CGO_ENABLED=0"
 
 func isLocal(addr string) bool {
 	h, _, err := net.SplitHostPort(addr)
@@ -341,5 +358,90 @@ func (p *progress) set(done int64) {
 func (p *progress) done() {
 	if p.on {
 		fmt.Fprint(os.Stderr, "\r\033[K")
+	}
+}
+
+// keyspaceNotifications turns on keyspace notifications of hash commands for the
+// benchmark's Redis, and returns how to put the setting back and whether it could.
+func (e *benchEnv) keyspaceNotifications(ctx context.Context) (restore func(), ok bool) {
+	was, err := e.rdb.ConfigGet(ctx, "notify-keyspace-events").Result()
+	if err != nil {
+		return func() {}, false
+	}
+	old := was["notify-keyspace-events"]
+	if err := e.rdb.ConfigSet(ctx, "notify-keyspace-events", "Kh").Err(); err != nil {
+		return func() {}, false
+	}
+	return func() { _ = e.rdb.ConfigSet(context.Background(), "notify-keyspace-events", old).Err() }, true
+}
+
+// finishWatch waits for one task's outcome to be recorded.
+type finishWatch struct {
+	ctx    context.Context
+	c      *client.Client
+	q      keys.Queue
+	id     string
+	rdb    redis.UniversalClient
+	sub    *redis.PubSub // nil: poll the band's stream instead
+	cancel context.CancelFunc
+}
+
+// watchFinish starts watching task id of q; call it before the worker is started.
+func (e *benchEnv) watchFinish(ctx context.Context, c *client.Client, q keys.Queue, id string, notify bool) (*finishWatch, error) {
+	f := &finishWatch{c: c, q: q, id: id, rdb: e.rdb}
+	f.ctx, f.cancel = context.WithCancel(ctx)
+	if notify {
+		f.sub = e.rdb.Subscribe(f.ctx, fmt.Sprintf("__keyspace@%d__:%s", e.db, q.Task(id)))
+		if _, err := f.sub.Receive(f.ctx); err != nil { // the subscription is confirmed
+			f.stop()
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+func (f *finishWatch) stop() {
+	if f.sub != nil {
+		_ = f.sub.Close()
+	}
+	f.cancel()
+}
+
+// wait returns when the task's status turned final: the time the notification of the
+// write that made it so arrived, or, polling, the time a poll saw its entry gone.
+func (f *finishWatch) wait(limit time.Duration) (time.Time, error) {
+	defer f.stop()
+	deadline := time.Now().Add(limit)
+	if f.sub == nil {
+		for time.Now().Before(deadline) {
+			n, err := f.rdb.XLen(f.ctx, f.q.Stream(0)).Result()
+			if err != nil {
+				return time.Time{}, err
+			}
+			if n == 0 {
+				return time.Now(), nil
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		return time.Time{}, errors.New("task not finished in time")
+	}
+	ch := f.sub.Channel()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for {
+		select {
+		case <-ch:
+			at := time.Now()
+			st, err := f.rdb.HGet(f.ctx, f.q.Task(f.id), "status").Result()
+			if err != nil {
+				return time.Time{}, err
+			}
+			switch st {
+			case "succeeded", "dead", "retrying":
+				return at, nil
+			}
+		case <-t.C:
+			return time.Time{}, errors.New("task not finished in time")
+		}
 	}
 }

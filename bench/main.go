@@ -55,7 +55,7 @@ func modes() []mode {
 	return []mode{
 		{"throughput", "N no-op tasks through W worker processes of concurrency C", runThroughput},
 		{"latency", "idle worker; tasks enqueued one at a time; enqueue → start percentiles", runLatency},
-		{"coldstart", "exec of a fresh worker → a waiting task finished; exec → ready", runColdstart},
+		{"coldstart", "exec of a fresh worker → a waiting task's function called, and finished; exec → ready", runColdstart},
 		{"drain", "SIGTERM → exit idle and busy; SIGKILL → task finished by a peer", runDrain},
 		{"ceiling", "the design's Redis-bound ceiling: the same scripts per task, no worker", runCeiling},
 		{"scaler", "GetMetrics over 10 queues × 10 bands; XADD → StreamIsActive push", runScaler},
@@ -148,7 +148,7 @@ func emit(r result) {
 var figures = map[string][]string{
 	"throughput": {"process_per_s", "enqueue_per_s", "first_task_ms", "redis_cmds_per_task", "worker_cpu_us_per_task", "redis_cpu_us_per_task", "lost", "duplicates"},
 	"latency":    {"p50_ms", "p90_ms", "p99_ms", "max_ms", "floor_p50_ms", "floor_p99_ms", "idle_redis_cmds_per_s", "idle_roundtrips_per_s", "idle_rss_mb"},
-	"coldstart":  {"exec_to_first_median_ms", "exec_to_ready_median_ms"},
+	"coldstart":  {"exec_to_first_median_ms", "exec_to_finished_median_ms", "exec_to_ready_median_ms"},
 	"drain":      {"sigterm_idle_exit_median_ms", "sigterm_busy_exit_median_ms", "busy_tasks_lost", "sigkill_recovery_median_ms"},
 	"ceiling":    {"ceiling_per_s", "redis_cmds_per_task", "redis_cpu_us_per_task"},
 	"scaler":     {"getmetrics_p50_ms", "getmetrics_p99_ms", "push_p50_ms", "push_p99_ms"},

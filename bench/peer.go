@@ -26,7 +26,7 @@ func runPeer(ctx context.Context, e *benchEnv, o options) int {
 	}
 	bin := filepath.Join(e.tmp, "peerbench-asynq")
 	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Dir, build.Stderr = dir, os.Stderr
+	build.Dir, build.Stderr, build.Env = dir, os.Stderr, append(os.Environ(), staticBuild)
 	if err := build.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "bench peer: building %s: %v\n", dir, err)
 		return 1
