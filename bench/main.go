@@ -12,6 +12,7 @@
 //	go run ./bench chaos      [--duration 2m]
 //
 // Redis: DTQ_REDIS_URL, or a redis-server bench starts on a free port and stops after.
+// Binaries: dtq and dtq-scaler built static from this tree, or those in DTQ_BENCH_BIN.
 // Every mode takes --runs N (repetitions; the table shows median [min – max]).
 package main
 
@@ -146,7 +147,7 @@ func emit(r result) {
 
 // figures lists, per mode, the figures the table shows, in order.
 var figures = map[string][]string{
-	"throughput": {"process_per_s", "enqueue_per_s", "first_task_ms", "redis_cmds_per_task", "worker_cpu_us_per_task", "redis_cpu_us_per_task", "lost", "duplicates"},
+	"throughput": {"process_per_s", "enqueue_per_s", "exec_to_first_task_ms", "redis_cmds_per_task", "worker_cpu_us_per_task", "redis_cpu_us_per_task", "lost", "duplicates"},
 	"latency":    {"p50_ms", "p90_ms", "p99_ms", "max_ms", "floor_p50_ms", "floor_p99_ms", "idle_redis_cmds_per_s", "idle_roundtrips_per_s", "idle_rss_mb"},
 	"coldstart":  {"exec_to_first_median_ms", "exec_to_finished_median_ms", "exec_to_ready_median_ms"},
 	"drain":      {"sigterm_idle_exit_median_ms", "sigterm_busy_exit_median_ms", "busy_tasks_lost", "sigkill_recovery_median_ms"},

@@ -184,7 +184,7 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (result, error) 
 		"duplicates":             0,
 	}
 	if first != math.MaxFloat64 {
-		r["first_task_ms"] = round(first, 1)
+		r["exec_to_first_task_ms"] = round(first, 1) // from the exec (the peer's first_task_ms starts in-process)
 	}
 	if e.redisPID > 0 {
 		r["redis_cpu_us_per_task"] = round(float64(rcpu.Microseconds())/float64(n), 1)
