@@ -362,8 +362,12 @@ func (p *progress) done() {
 }
 
 // keyspaceNotifications turns on keyspace notifications of hash commands for the
-// benchmark's Redis, and returns how to put the setting back and whether it could.
+// benchmark's Redis, and returns how to put the setting back and whether it could. Only
+// on a single Redis: on a cluster a notification comes from the node holding the key.
 func (e *benchEnv) keyspaceNotifications(ctx context.Context) (restore func(), ok bool) {
+	if _, single := e.rdb.(*redis.Client); !single {
+		return func() {}, false
+	}
 	was, err := e.rdb.ConfigGet(ctx, "notify-keyspace-events").Result()
 	if err != nil {
 		return func() {}, false
@@ -378,7 +382,6 @@ func (e *benchEnv) keyspaceNotifications(ctx context.Context) (restore func(), o
 // finishWatch waits for one task's outcome to be recorded.
 type finishWatch struct {
 	ctx    context.Context
-	c      *client.Client
 	q      keys.Queue
 	id     string
 	rdb    redis.UniversalClient
@@ -387,8 +390,8 @@ type finishWatch struct {
 }
 
 // watchFinish starts watching task id of q; call it before the worker is started.
-func (e *benchEnv) watchFinish(ctx context.Context, c *client.Client, q keys.Queue, id string, notify bool) (*finishWatch, error) {
-	f := &finishWatch{c: c, q: q, id: id, rdb: e.rdb}
+func (e *benchEnv) watchFinish(ctx context.Context, q keys.Queue, id string, notify bool) (*finishWatch, error) {
+	f := &finishWatch{q: q, id: id, rdb: e.rdb}
 	f.ctx, f.cancel = context.WithCancel(ctx)
 	if notify {
 		f.sub = e.rdb.Subscribe(f.ctx, fmt.Sprintf("__keyspace@%d__:%s", e.db, q.Task(id)))

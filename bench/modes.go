@@ -321,6 +321,10 @@ func runColdstart(ctx context.Context, e *benchEnv, o options) (result, error) {
 	// worker slows what it measures. Without CONFIG rights it falls back to polling.
 	restore, notify := e.keyspaceNotifications(ctx)
 	defer restore()
+	seenBy := "polling"
+	if notify {
+		seenBy = "notification"
+	}
 	var first, finished, ready []float64
 	for i := 0; i < reps; i++ {
 		prefix := e.prefix()
@@ -332,7 +336,7 @@ func runColdstart(ctx context.Context, e *benchEnv, o options) (result, error) {
 			return nil, err
 		}
 		q := keys.New(prefix).Queue(benchQueue)
-		watch, err := e.watchFinish(ctx, c, q, id, notify)
+		watch, err := e.watchFinish(ctx, q, id, notify)
 		if err != nil {
 			return nil, err
 		}
@@ -389,7 +393,7 @@ func runColdstart(ctx context.Context, e *benchEnv, o options) (result, error) {
 	mr, _, _ := spread(ready)
 	return result{"reps": reps, "exec_to_first_median_ms": round(mf, 3), "exec_to_finished_median_ms": round(md, 2),
 		"exec_to_ready_median_ms": round(mr, 2),
-		"exec_to_first_ms":        first, "exec_to_finished_ms": finished, "exec_to_ready_ms": ready, "finish_seen_by": map[bool]string{true: "notification", false: "polling"}[notify]}, nil
+		"exec_to_first_ms":        first, "exec_to_finished_ms": finished, "exec_to_ready_ms": ready, "finish_seen_by": seenBy}, nil
 }
 
 func runDrain(ctx context.Context, e *benchEnv, o options) (result, error) {
