@@ -101,8 +101,9 @@ func runScaler(ctx context.Context, e *benchEnv, o options) (result, error) {
 	pr.done()
 
 	// Push: an idle queue; enqueue one task; time until the stream says true. Then the
-	// task is consumed (XDEL) and the stream says false again.
-	pushReps := max(reps/20, 20)
+	// task is consumed (XDEL) and the stream says false again. 200 pushes by default, so
+	// that the p99 is not simply the slowest one (the max is reported beside it).
+	pushReps := max(reps/5, 20)
 	wake := &pb.ScaledObjectRef{Name: "wake", Namespace: "bench", ScalerMetadata: map[string]string{"queues": "wake"}}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
