@@ -94,7 +94,8 @@ func TestModesAtSmallSize(t *testing.T) {
 	t.Log("scaler")
 	o.reps = 40
 	r, err = runScaler(ctx, e, o)
-	if err != nil || r["getmetrics_p50_ms"].(float64) <= 0 || r["push_p50_ms"].(float64) <= 0 {
+	if err != nil || r["getmetrics_p50_ms"].(float64) <= 0 || r["push_p50_ms"].(float64) <= 0 ||
+		r["push_enqueue_p99_ms"].(float64) <= 0 || r["push_enqueue_p99_ms"].(float64) > r["push_max_ms"].(float64) {
 		t.Fatalf("scaler: %v %v", r, err)
 	}
 }

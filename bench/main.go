@@ -152,7 +152,7 @@ var figures = map[string][]string{
 	"coldstart":  {"exec_to_first_median_ms", "exec_to_finished_median_ms", "exec_to_ready_median_ms"},
 	"drain":      {"sigterm_idle_exit_median_ms", "sigterm_busy_exit_median_ms", "busy_tasks_lost", "sigkill_recovery_median_ms"},
 	"ceiling":    {"ceiling_per_s", "redis_cmds_per_task", "redis_cpu_us_per_task"},
-	"scaler":     {"getmetrics_p50_ms", "getmetrics_p99_ms", "push_p50_ms", "push_p99_ms", "push_max_ms"},
+	"scaler":     {"getmetrics_p50_ms", "getmetrics_p99_ms", "push_p50_ms", "push_p99_ms", "push_max_ms", "push_enqueue_p99_ms"},
 	"chaos":      {"tasks", "kills", "stops", "freezes", "lost", "duplicate_starts", "reexecutions", "unexplained_reexecutions", "quiesce_s"},
 }
 
