@@ -414,9 +414,8 @@ func (f *finishWatch) stop() {
 // write that made it so arrived, or, polling, the time a poll saw its entry gone.
 func (f *finishWatch) wait(limit time.Duration) (time.Time, error) {
 	defer f.stop()
-	deadline := time.Now().Add(limit)
 	if f.sub == nil {
-		for time.Now().Before(deadline) {
+		for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
 			n, err := f.rdb.XLen(f.ctx, f.q.Stream(0)).Result()
 			if err != nil {
 				return time.Time{}, err

@@ -105,7 +105,7 @@ func latencyFloor(ctx context.Context, e *benchEnv, o options, n int) (p50, p99 
 		time.Sleep(time.Until(tick))
 	}
 	sort.Float64s(lat)
-	return latencyPct(lat, 0.5), latencyPct(lat, 0.99), nil
+	return round(pct(lat, 0.5), 3), round(pct(lat, 0.99), 3), nil
 }
 
 // maybeFloorReader runs the latency floor's reader and exits when this process was

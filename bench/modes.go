@@ -296,14 +296,14 @@ func runLatency(ctx context.Context, e *benchEnv, o options) (result, error) {
 		}
 	}
 	sort.Float64s(lat)
-	pct := func(p float64) float64 { return latencyPct(lat, p) }
+	pctl := func(p float64) float64 { return round(pct(lat, p), 3) }
 	var sum float64
 	for _, v := range lat {
 		sum += v
 	}
 	return result{
 		"n": n, "gap_ms": float64(o.gap) / 1e6, "concurrency": o.concurrency,
-		"p50_ms": pct(0.5), "p90_ms": pct(0.9), "p99_ms": pct(0.99), "max_ms": round(lat[n-1], 3),
+		"p50_ms": pctl(0.5), "p90_ms": pctl(0.9), "p99_ms": pctl(0.99), "max_ms": round(lat[n-1], 3),
 		"min_ms": round(lat[0], 3), "mean_ms": round(sum/float64(n), 3),
 		"idle_redis_cmds_per_s": round(idleCmds, 2), "idle_roundtrips_per_s": round(idleRT, 2),
 		"idle_rss_mb":  round(idleRSS, 1),
@@ -566,10 +566,10 @@ func runCeiling(ctx context.Context, e *benchEnv, o options) (result, error) {
 	return r, nil
 }
 
-// latencyPct is the p-th percentile of sorted latencies (the nearest rank), in ms to
-// three decimals.
-func latencyPct(sorted []float64, p float64) float64 {
-	return round(sorted[max(0, int(math.Ceil(p*float64(len(sorted))))-1)], 3)
+// pct is the nearest-rank percentile p (0..1) of sorted, which is not empty.
+func pct(sorted []float64, p float64) float64 {
+	k := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[max(0, min(k, len(sorted)-1))]
 }
 
 func round(x float64, d int) float64 {

@@ -155,8 +155,3 @@ func runScaler(ctx context.Context, e *benchEnv, o options) (result, error) {
 		"push_reps": pushReps, "push_p50_ms": round(pct(push, 0.5), 3), "push_p99_ms": round(pct(push, 0.99), 3),
 		"push_max_ms": round(push[len(push)-1], 3), "push_enqueue_p99_ms": round(pct(enq, 0.99), 3)}, nil
 }
-
-func pct(sorted []float64, p float64) float64 {
-	k := int(float64(len(sorted))*p+0.999999) - 1
-	return sorted[max(0, min(k, len(sorted)-1))]
-}
