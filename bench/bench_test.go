@@ -54,6 +54,9 @@ func TestModesAtSmallSize(t *testing.T) {
 	if f50, f99 := r["floor_p50_ms"].(float64), r["floor_p99_ms"].(float64); f50 <= 0 || f99 < f50 {
 		t.Fatalf("latency floor percentiles not ordered: %v", r)
 	}
+	if s := r["handoff_share"].(float64); s <= 0 || s > 1 {
+		t.Fatalf("handoff share %v: the idle worker took no task from the enqueue, or counted more than were sent", s)
+	}
 	if r["idle_roundtrips_per_s"].(float64) <= 0 {
 		t.Fatalf("idle round trips not measured: %v", r)
 	}

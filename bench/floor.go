@@ -27,11 +27,13 @@ import (
 const envFloorReader = "DTQ_BENCH_FLOOR_READER"
 
 // latencyFloor measures, on the same Redis and with the same gaps, what the design's
-// idle pickup costs with no worker logic: the client's enqueue script, then, in another
-// idle process as a worker is, a blocking XREADGROUP over the queue's bands woken by it
-// and one claim script call for the delivered entry. The time is taken when the claim's
-// reply is in. A dtq worker makes exactly these round trips before a task starts; the
-// gap between this floor and the worker's figure is the worker's own part.
+// idle pickup costs with no worker logic: in another idle process, as a worker is, a
+// claim that finds nothing registers for a hand-off, then a blocking XREADGROUP over
+// the queue's bands and its inbox waits; the client's enqueue script starts the task
+// for it and the read returns it. The time is taken when the read's reply is in (or,
+// when the enqueue found no registration, when the claim of the delivered entry
+// answers). A dtq worker makes exactly these round trips before a task starts; the gap
+// between this floor and the worker's figure is the worker's own part.
 func latencyFloor(ctx context.Context, e *benchEnv, o options, n int) (p50, p99 float64, err error) {
 	prefix := e.prefix()
 	defer e.drop(prefix)
@@ -134,7 +136,8 @@ func floorReader(ctx context.Context, prefix string, w io.Writer) error {
 	for b := keys.MaxPriority; b >= 0; b-- {
 		streams = append(streams, q.Stream(b))
 	}
-	for range keys.MaxPriority + 1 {
+	streams = append(streams, q.Inbox("floor"))
+	for range keys.MaxPriority + 2 {
 		streams = append(streams, ">")
 	}
 	// Its own connection for the blocking read, as a worker has (on a single node).
@@ -144,34 +147,58 @@ func floorReader(ctx context.Context, prefix string, w io.Writer) error {
 		defer conn.Close()
 		read = conn.XReadGroup
 	}
+	var recv []lua.Received
 	for {
-		res, err := read(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "floor",
-			Streams: streams, Count: 1, Block: 10 * time.Second}).Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
+		r, err := lua.Claim(ctx, rdb, q, lua.ClaimArgs{Consumer: "floor", NowMS: time.Now().UnixMilli(), Want: 1,
+			MaxPayload: 1 << 20, RegisterUntilMS: time.Now().Add(11 * time.Second).UnixMilli(), Received: recv})
 		if err != nil {
 			return err
 		}
-		var d []lua.Delivered
-		for _, s := range res {
-			for _, m := range s.Messages {
-				d = append(d, lua.Delivered{Band: q.BandOf(s.Stream), Entry: m.ID})
+		recv = nil
+		started := r.Started
+		if len(started) == 0 {
+			res, err := read(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "floor",
+				Streams: streams, Count: 1, Block: 10 * time.Second}).Result()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			var d []lua.Delivered
+			for _, s := range res {
+				for _, m := range s.Messages {
+					if s.Stream != q.Inbox("floor") {
+						d = append(d, lua.Delivered{Band: q.BandOf(s.Stream), Entry: m.ID})
+						continue
+					}
+					h, err := lua.DecodeHandoff(m.ID, m.Values)
+					if err != nil {
+						return err
+					}
+					recv = append(recv, lua.Received{InboxEntry: m.ID, ID: h.Started.ID})
+					started = append(started, *h.Started)
+				}
+			}
+			if len(d) > 0 {
+				r, err := lua.Claim(ctx, rdb, q, lua.ClaimArgs{Consumer: "floor", NowMS: time.Now().UnixMilli(), Want: 1,
+					MaxPayload: 1 << 20, Delivered: d, Received: recv})
+				if err != nil {
+					return err
+				}
+				recv = nil
+				started = append(started, r.Started...)
 			}
 		}
-		r, err := lua.Claim(ctx, rdb, q, lua.ClaimArgs{Consumer: "floor", NowMS: time.Now().UnixMilli(), Want: 1, MaxPayload: 1 << 20, Delivered: d})
 		at := time.Now().UnixNano()
-		if err != nil {
-			return err
-		}
-		if len(r.Started) == 0 {
+		if len(started) == 0 {
 			continue
 		}
 		if _, err := fmt.Fprintln(w, at); err != nil {
 			return err
 		}
-		items := make([]lua.Completion, len(r.Started))
-		for i, s := range r.Started {
+		items := make([]lua.Completion, len(started))
+		for i, s := range started {
 			items[i] = lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded}
 		}
 		if _, err := lua.Complete(ctx, rdb, q, time.Now().UnixMilli(), 86400000, items); err != nil {

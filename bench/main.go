@@ -148,7 +148,7 @@ func emit(r result) {
 // figures lists, per mode, the figures the table shows, in order.
 var figures = map[string][]string{
 	"throughput": {"process_per_s", "enqueue_per_s", "exec_to_first_task_ms", "redis_cmds_per_task", "worker_cpu_us_per_task", "redis_cpu_us_per_task", "lost", "duplicates"},
-	"latency":    {"p50_ms", "p90_ms", "p99_ms", "max_ms", "floor_p50_ms", "floor_p99_ms", "idle_redis_cmds_per_s", "idle_roundtrips_per_s", "idle_rss_mb"},
+	"latency":    {"p50_ms", "p90_ms", "p99_ms", "max_ms", "floor_p50_ms", "floor_p99_ms", "handoff_share", "idle_redis_cmds_per_s", "idle_roundtrips_per_s", "idle_rss_mb"},
 	"coldstart":  {"exec_to_first_median_ms", "exec_to_finished_median_ms", "exec_to_ready_median_ms"},
 	"drain":      {"sigterm_idle_exit_median_ms", "sigterm_busy_exit_median_ms", "busy_tasks_lost", "sigkill_recovery_median_ms"},
 	"ceiling":    {"ceiling_per_s", "redis_cmds_per_task", "redis_cpu_us_per_task"},

@@ -259,6 +259,10 @@ func runLatency(ctx context.Context, e *benchEnv, o options) (result, error) {
 	idleRT := (rt1 - rt0) / idle
 	idleRSS := rss(w.cmd.Process.Pid)
 
+	h0, err := w.metric("dtq_worker_handoffs_total")
+	if err != nil {
+		return nil, err
+	}
 	ids := make([]string, n)
 	sent := make([]int64, n)
 	next := time.Now()
@@ -295,6 +299,10 @@ func runLatency(ctx context.Context, e *benchEnv, o options) (result, error) {
 			time.Sleep(time.Millisecond)
 		}
 	}
+	h1, err := w.metric("dtq_worker_handoffs_total")
+	if err != nil {
+		return nil, err
+	}
 	sort.Float64s(lat)
 	pctl := func(p float64) float64 { return round(pct(lat, p), 3) }
 	var sum float64
@@ -308,6 +316,7 @@ func runLatency(ctx context.Context, e *benchEnv, o options) (result, error) {
 		"idle_redis_cmds_per_s": round(idleCmds, 2), "idle_roundtrips_per_s": round(idleRT, 2),
 		"idle_rss_mb":  round(idleRSS, 1),
 		"floor_p50_ms": floor50, "floor_p99_ms": floor99,
+		"handoff_share": round((h1-h0)/float64(n), 3),
 	}, nil
 }
 

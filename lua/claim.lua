@@ -23,6 +23,8 @@
 -- KEYS[13]    dead zset            PREFIX:{Q}:dead
 -- KEYS[14]    receipt of this call PREFIX:{Q}:r:CALL
 -- KEYS[15]    receipt of the caller's previous call on this queue (deleted: it got its reply)
+-- KEYS[16]    waiting workers      PREFIX:{Q}:waiting
+-- KEYS[17]    this worker's inbox  PREFIX:{Q}:in:WORKER
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer (worker id)
 -- ARGV[3]  now ms
@@ -31,8 +33,19 @@
 -- ARGV[6]  payload limit in bytes
 -- ARGV[7]  min idle ms (reclaim mode)
 -- ARGV[8]  queue name
--- ARGV[9]  n: entries already delivered to this consumer (from a blocking XREADGROUP)
--- ARGV[10..] n pairs: band, entry id
+-- ARGV[9]  read mode: when nothing is started, register in KEYS[16] for a hand-off
+--          (enqueue.lua) until this time in ms; "0": do not
+-- ARGV[10] r: hand-offs the caller got from its blocking read of the inbox
+-- then r pairs: inbox entry id, task id
+-- then n: entries already delivered to this consumer (from a blocking XREADGROUP)
+-- then n pairs: band, entry id
+--
+-- Hand-offs (see enqueue.lua). The caller's inbox rows it names were received: they are
+-- deleted and their tasks' handback marks cleared. Rows it has not read yet (it was busy
+-- and did not block) are read here and returned among the started, still-current ones
+-- only; "d" rows name an entry delivered to it, taken here as a delivered one. In read
+-- mode a call that starts a task ends the caller's registration; one that finds nothing
+-- registers it (member "PAYLOADLIMIT WORKER"), creating the inbox and its group.
 --
 -- A call resent after its reply was lost (a dropped connection; go-redis resends) finds
 -- its receipt and gets the same reply: nothing it claimed is stranded. Receipts live 60 s
@@ -40,7 +53,8 @@
 --
 -- returns {started, absorbed, invalid, paused}
 --   started:  list of {entry, band, id, attempt, function, payload, timeout_ms,
---             max_retries, failures, unique, created_at, reclaimed(0|1)}
+--             max_retries, failures, unique, created_at, how}
+--             how: 0 a fresh delivery, 1 a reclaim, 2 a hand-off read from the inbox
 --   absorbed: list of {entry, band, id, status}  (status "dead" when the script killed the task)
 --   invalid:  list of {entry, band, dead id, reason}
 --   paused:   1 when the queue is paused (no new entries were read)
@@ -192,14 +206,57 @@ local function take(band, eid, fields, reclaiming)
     t[8] or "0", failures, t[10] or "", t[11] or "0", reclaimed}
 end
 
--- entries a blocking XREADGROUP already delivered to this consumer
-local n = tonumber(ARGV[9])
-for i = 0, n - 1 do
-  local band, eid = tonumber(ARGV[10 + 2 * i]), ARGV[11 + 2 * i]
+local function delivered(band, eid)
   local r = redis.call("XRANGE", KEYS[band + 1], eid, eid)
   if #r == 1 then take(band, eid, r[1][2], false) else
     redis.call("XACK", KEYS[band + 1], group, eid)
   end
+end
+
+local inbox = KEYS[17]
+-- hand-offs the caller received: no longer unread, so no longer a hand-back if it dies
+local r = tonumber(ARGV[10])
+local at = 11
+for i = 0, r - 1 do
+  redis.call("XDEL", inbox, ARGV[at])
+  local h = prefix .. ARGV[at + 1]
+  local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "handback", "worker")
+  if ok and t[1] and t[3] == t[2] and t[4] == consumer then
+    redis.call("HSET", h, "handback", "")
+  end
+  at = at + 2
+end
+
+-- hand-offs not read yet
+if redis.call("EXISTS", inbox) == 1 then
+  local ok, rows = pcall(redis.call, "XREADGROUP", "GROUP", group, consumer, "STREAMS", inbox, ">")
+  if ok and rows then
+    for _, e in ipairs(rows[1][2]) do
+      local f = {}
+      for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
+      local band = tonumber(f.b)
+      redis.call("XDEL", inbox, e[1])
+      if band and band >= 0 and band <= 9 and f.e then
+        if f.d then
+          delivered(band, f.e)
+        elseif f.i then
+          local h = prefix .. f.i
+          local ok2, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry", "worker", "failures")
+          if ok2 and t[1] == "running" and t[2] == f.a and t[3] == f.e and t[4] == consumer then
+            redis.call("HSET", h, "handback", "")
+            started[#started + 1] = {f.e, band, f.i, tonumber(f.a), f.f or "", f.p or "",
+              f.t or "0", f.m or "0", tonumber(t[5]) or 0, f.u or "", f.c or "0", 2}
+          end
+        end
+      end
+    end
+  end
+end
+
+-- entries a blocking XREADGROUP already delivered to this consumer
+local n = tonumber(ARGV[at])
+for i = 0, n - 1 do
+  delivered(tonumber(ARGV[at + 1 + 2 * i]), ARGV[at + 2 + 2 * i])
 end
 
 local paused = 0
@@ -246,6 +303,24 @@ elseif mode == "reclaim" then
       rounds = rounds + 1
       if cursor == "0-0" then break end
     end
+  end
+end
+
+if mode == "read" then
+  local member = ARGV[6] .. " " .. consumer
+  if #started > 0 then
+    redis.call("ZREM", KEYS[16], member)
+  elseif paused == 0 and ARGV[9] ~= "0" then
+    -- lapsed registrations (workers gone without leaving) go, a few per call; only
+    -- commands of the documented ACL (docs/reliability.md) are used
+    local lapsed = redis.call("ZRANGEBYSCORE", KEYS[16], "-inf", "(" .. now, "LIMIT", 0, 8)
+    if #lapsed > 0 then redis.call("ZREM", KEYS[16], unpack(lapsed)) end
+    redis.call("ZADD", KEYS[16], ARGV[9], member)
+    if redis.call("EXISTS", inbox) == 0 then
+      redis.call("XGROUP", "CREATE", inbox, group, "0", "MKSTREAM")
+    end
+    -- an inbox outlives its worker's last registration by ten minutes
+    redis.call("PEXPIRE", inbox, tonumber(ARGV[9]) - tonumber(now) + 600000)
   end
 end
 

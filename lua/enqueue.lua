@@ -4,6 +4,9 @@
 -- KEYS[2]  stream of the band   PREFIX:{Q}:pN
 -- KEYS[3]  schedule zset        PREFIX:{Q}:schedule
 -- KEYS[4]  unique key           PREFIX:{Q}:u:KEY (when ARGV[10] is "1"; otherwise any key of the slot, unused)
+-- KEYS[5]  waiting workers      PREFIX:{Q}:waiting
+-- KEYS[6]  paused flag          PREFIX:{Q}:paused
+-- KEYS[7]  inbox prefix         PREFIX:{Q}:in:
 -- ARGV[1]  task id
 -- ARGV[2]  queue name
 -- ARGV[3]  function name
@@ -19,6 +22,19 @@
 --
 -- Numbers stay the strings ARGV holds: a Lua number passed to redis.call is formatted
 -- with snprintf, a measurable cost per task.
+--
+-- The hand-off. A worker whose last claim on this queue found nothing registers in
+-- KEYS[5] (claim.lua) and blocks on the bands and on its inbox. A task to run now is
+-- then started here for one such worker, as claim.lua starts a fresh delivery: the
+-- entry is delivered to it (XREADGROUP, so it sits in its PEL like any claimed entry),
+-- the task written running at attempt 1, and the started row put on its inbox, whose
+-- blocking read returns it: the function starts without a claim round trip. A
+-- registration serves once and lapses at its score (ms). No hand-off when the queue is
+-- paused or the payload is over the worker's limit (the claim kills such a task). The
+-- task's handback field is set to the attempt until the worker's next claim says it
+-- got the row: a worker that died holding an unread hand-off did not fail the task.
+-- When the read delivers an older entry instead (one left undelivered while the queue
+-- was paused), the inbox says so ("d"), and the worker claims that entry itself.
 --
 -- returns {id, code}: code 1 created, 0 a task with this unique key exists (id is that task's),
 --         -1 a task with this id exists already.
@@ -45,6 +61,7 @@ end
 -- fields every claim and completion reads or rewrites come first, and the ones set later
 -- exist from the start (an absent field costs a scan of the whole hash).
 local status, entry, queued_at = "scheduled", "", ""
+local attempt, worker, started_at = "0", "", ""
 if run_at > now then
   redis.call("ZADD", KEYS[3], ARGV[9], ARGV[1])
 else
@@ -53,9 +70,28 @@ else
   end
   entry = redis.call("XADD", KEYS[2], "*", "task", ARGV[1], "attempt", "0")
   status, queued_at = "queued", ARGV[8]
+  local w = redis.call("ZRANGEBYSCORE", KEYS[5], ARGV[8], "+inf", "LIMIT", 0, 1)[1]
+  if w and redis.call("EXISTS", KEYS[6]) == 0 then
+    redis.call("ZREM", KEYS[5], w)
+    local limit, consumer = string.match(w, "^(%d+) (.+)$")
+    if consumer and #ARGV[4] <= tonumber(limit) then
+      local r = redis.call("XREADGROUP", "GROUP", ARGV[11], consumer, "COUNT", 1,
+        "STREAMS", KEYS[2], ">")
+      local got = r and r[1][2][1]
+      if got and got[1] == entry then
+        status, attempt, worker, started_at = "running", "1", consumer, ARGV[8]
+        redis.call("XADD", KEYS[7] .. consumer, "*", "e", entry, "b", ARGV[5], "i", ARGV[1],
+          "a", "1", "f", ARGV[3], "p", ARGV[4], "t", ARGV[7], "m", ARGV[6], "u", unique,
+          "c", ARGV[8])
+      elseif got then
+        redis.call("XADD", KEYS[7] .. consumer, "*", "d", "1", "e", got[1], "b", ARGV[5])
+      end
+    end
+  end
 end
 redis.call("HSET", KEYS[1],
-  "status", status, "attempt", "0", "entry", entry, "worker", "", "started_at", "", "handback", "",
+  "status", status, "attempt", attempt, "entry", entry, "worker", worker, "started_at", started_at,
+  "handback", worker ~= "" and "1" or "",
   "function", ARGV[3], "payload", ARGV[4], "timeout_ms", ARGV[7], "max_retries", ARGV[6],
   "failures", "0", "unique", unique, "created_at", ARGV[8], "priority", ARGV[5],
   "id", ARGV[1], "queue", ARGV[2], "run_at", ARGV[9], "queued_at", queued_at)

@@ -39,6 +39,8 @@ var (
 	cancelSrc string
 	//go:embed requeue.lua
 	requeueSrc string
+	//go:embed leave.lua
+	leaveSrc string
 
 	enqueueScript      = redis.NewScript(enqueueSrc)
 	claimScript        = redis.NewScript(claimSrc)
@@ -50,11 +52,12 @@ var (
 	lockReleaseScript  = redis.NewScript(lockReleaseSrc)
 	cancelScript       = redis.NewScript(cancelSrc)
 	requeueScript      = redis.NewScript(requeueSrc)
+	leaveScript        = redis.NewScript(leaveSrc)
 )
 
 var all = []*redis.Script{enqueueScript, claimScript, completeScript, touchScript,
 	schedClaimScript, schedEnqueueScript, lockRenewScript, lockReleaseScript,
-	cancelScript, requeueScript}
+	cancelScript, requeueScript, leaveScript}
 
 // Load loads every script into the script cache of c, so that pipelined EVALSHA
 // calls find them. Script.Run falls back to EVAL by itself; pipelines do not.
@@ -111,7 +114,7 @@ func enqueueKV(q keys.Queue, a EnqueueArgs) ([]string, []any) {
 	if a.Unique != "" {
 		ukey, uflag = q.Unique(a.Unique), "1"
 	}
-	return []string{q.Task(a.ID), q.Stream(a.Priority), q.Schedule(), ukey},
+	return []string{q.Task(a.ID), q.Stream(a.Priority), q.Schedule(), ukey, q.Waiting(), q.Paused(), q.InboxPrefix()},
 		[]any{a.ID, q.Name, a.Function, a.Payload, a.Priority, a.MaxRetries, a.TimeoutMS,
 			a.NowMS, a.RunAtMS, uflag, keys.Group, a.Unique}
 }
@@ -146,6 +149,10 @@ type ClaimArgs struct {
 	MaxPayload int
 	MinIdleMS  int64
 	Delivered  []Delivered // entries a blocking XREADGROUP already delivered
+	// RegisterUntilMS (read mode): when the call starts nothing, the worker waits for
+	// a hand-off from the enqueue until then (unix ms); 0: it does not.
+	RegisterUntilMS int64
+	Received        []Received // hand-offs the worker's blocking read got from its inbox
 	// Call names this call for its receipt (a resent call gets the same reply) and
 	// Previous the caller's previous call on the queue (its receipt is deleted). Empty
 	// Call: a random one.
@@ -156,6 +163,76 @@ type ClaimArgs struct {
 type Delivered struct {
 	Band  int
 	Entry string
+}
+
+// Received names a hand-off read from the worker's inbox: its inbox entry and task.
+type Received struct {
+	InboxEntry string
+	ID         string
+}
+
+// Handoff is one row of a worker's inbox: a task the enqueue started for it (Started
+// set), or an entry it delivered to it for the worker to claim (Delivered set).
+type Handoff struct {
+	InboxEntry string
+	Started    *Started
+	Delivered  *Delivered
+}
+
+// DecodeHandoff decodes an inbox row as enqueue.lua writes it.
+func DecodeHandoff(id string, v map[string]any) (Handoff, error) {
+	h := Handoff{InboxEntry: id}
+	get := func(k string) string { s, _ := v[k].(string); return s }
+	band, err := strconv.Atoi(get("b"))
+	if err != nil || band < 0 || band > keys.MaxPriority || get("e") == "" {
+		return h, fmt.Errorf("inbox row %s: bad band or entry", id)
+	}
+	if get("d") != "" {
+		h.Delivered = &Delivered{Band: band, Entry: get("e")}
+		return h, nil
+	}
+	attempt, err := strconv.ParseInt(get("a"), 10, 64)
+	if err != nil || get("i") == "" {
+		return h, fmt.Errorf("inbox row %s: bad task or attempt", id)
+	}
+	num := func(k string) int64 { n, _ := strconv.ParseInt(get(k), 10, 64); return n }
+	h.Started = &Started{
+		Entry: get("e"), Band: band, ID: get("i"), Attempt: attempt, Function: get("f"),
+		Payload: get("p"), TimeoutMS: num("t"), MaxRetries: int(num("m")), Unique: get("u"),
+		CreatedMS: num("c"), HandedOff: true,
+	}
+	return h, nil
+}
+
+// Left is a hand-off a leaving worker had not read: a started task (ID set) or a
+// delivered entry (ID empty). Either is in the worker's PEL: hand it back.
+type Left struct {
+	Band    int
+	Entry   string
+	ID      string
+	Attempt int64
+}
+
+// Leave ends consumer's hand-off registration on q and returns, deleting its inbox,
+// what was handed to it and not read.
+func Leave(ctx context.Context, c redis.Scripter, q keys.Queue, consumer string, maxPayload int) ([]Left, error) {
+	v, err := leaveScript.Run(ctx, c, []string{q.Waiting(), q.Inbox(consumer)},
+		keys.Group, consumer, WaitingMember(maxPayload, consumer)).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("leave %s: %w", q.Name, err)
+	}
+	var out []Left
+	for _, row := range rows(v) {
+		if len(row) == 4 {
+			out = append(out, Left{Band: int(num(row[0])), Entry: str(row[1]), ID: str(row[2]), Attempt: num(row[3])})
+		}
+	}
+	return out, nil
+}
+
+// WaitingMember is a worker's member in a queue's waiting zset.
+func WaitingMember(maxPayload int, consumer string) string {
+	return strconv.Itoa(maxPayload) + " " + consumer
 }
 
 // Started is a task the claim started: the caller must run it.
@@ -172,6 +249,7 @@ type Started struct {
 	Unique     string
 	CreatedMS  int64
 	Reclaimed  bool
+	HandedOff  bool // started by the enqueue for this worker (a hand-off)
 }
 
 // Absorbed is an entry the claim ACKed without running.
@@ -207,15 +285,21 @@ func Claim(ctx context.Context, c redis.Scripter, q keys.Queue, a ClaimArgs) (Cl
 	if prev == "" {
 		prev = a.Call
 	}
-	ks := make([]string, 0, 15)
+	ks := make([]string, 0, 17)
 	ks = append(ks, q.Streams[:]...)
-	ks = append(ks, q.Paused(), q.TaskPrefix(), q.Dead(), q.Receipt(a.Call), q.Receipt(prev))
+	ks = append(ks, q.Paused(), q.TaskPrefix(), q.Dead(), q.Receipt(a.Call), q.Receipt(prev),
+		q.Waiting(), q.Inbox(a.Consumer))
 	mode := "read"
 	if a.Reclaim {
 		mode = "reclaim"
 	}
-	args := make([]any, 0, 9+2*len(a.Delivered))
-	args = append(args, keys.Group, a.Consumer, a.NowMS, mode, a.Want, a.MaxPayload, a.MinIdleMS, q.Name, len(a.Delivered))
+	args := make([]any, 0, 12+2*len(a.Delivered)+2*len(a.Received))
+	args = append(args, keys.Group, a.Consumer, a.NowMS, mode, a.Want, a.MaxPayload, a.MinIdleMS, q.Name,
+		a.RegisterUntilMS, len(a.Received))
+	for _, r := range a.Received {
+		args = append(args, r.InboxEntry, r.ID)
+	}
+	args = append(args, len(a.Delivered))
 	for _, d := range a.Delivered {
 		args = append(args, d.Band, d.Entry)
 	}
@@ -245,7 +329,7 @@ func decodeClaim(v []any) (ClaimResult, error) {
 			Entry: str(row[0]), Band: int(num(row[1])), ID: str(row[2]), Attempt: num(row[3]),
 			Function: str(row[4]), Payload: str(row[5]), TimeoutMS: num(row[6]),
 			MaxRetries: int(num(row[7])), Failures: int(num(row[8])), Unique: str(row[9]),
-			CreatedMS: num(row[10]), Reclaimed: num(row[11]) == 1,
+			CreatedMS: num(row[10]), Reclaimed: num(row[11]) == 1, HandedOff: num(row[11]) == 2,
 		})
 	}
 	for _, row := range rows(v[1]) {

@@ -70,6 +70,23 @@
 //     block only bounds idle round trips). What the blocking read delivers is claimed in the
 //     same claim.lua call that tops the batch up. On Redis Cluster, whose queues live on
 //     different slots, the block covers the first unpaused queue's bands, at most 500 ms.
+//   - Hand-off: an idle worker's pickup costs no claim round trip. A claim in read mode
+//     that finds nothing registers the worker in the queue's waiting zset (member
+//     "PAYLOADLIMIT WORKER", score: the end of the coming block + 1 s), and the blocking
+//     read also covers the worker's inbox stream on that queue. enqueue.lua, for a task
+//     to run now on an unpaused queue, pops one live registration, delivers the new entry
+//     to that worker (XREADGROUP inside the script: it sits in the worker's PEL as a
+//     claimed entry does) and writes the task running at attempt 1, and XADDs the started
+//     row to the inbox: the read returns it and the function starts. A registration serves
+//     once; a claim that starts anything ends it; drain ends it (leave.lua) before and
+//     after the loops stop, handing back any unread row. The task's handback field holds
+//     the attempt until the worker's next claim says the row was received, so a worker
+//     SIGKILLed while registered costs at most one task per queue a wait of one
+//     visibility timeout, and no failed attempt. Delayed tasks, retries and requeues take
+//     the ordinary path (the read wakes on the band, a claim follows). On a cluster the
+//     worker registers on the queue its block covers only. A worker serving several
+//     queues can get one hand-off from each at once, so it may briefly run up to one
+//     task per extra queue beyond its concurrency, as a multi-band read already could.
 //   - Reading and claiming are one script call per batch (XREADGROUP inside claim.lua), and
 //     outcomes are recorded in batches (complete.lua; one call holds whatever finished
 //     while the previous call ran). The task hash of an entry is named by the entry itself,
@@ -79,7 +96,8 @@
 //     and lost its task cannot overwrite the newer attempt, ACK its entry, or — through
 //     its heartbeat's XCLAIM — take the entry back from the reclaimer (the seed's
 //     unconditional XCLAIM with idle 0 would).
-//   - Receipts: a claim call resent after its reply was lost (go-redis resends on a dropped
+//   - Receipts (call names carry a per-process tag, so a restart under the same
+//     DTQ_WORKER_ID never gets the previous process's reply): a claim call resent after its reply was lost (go-redis resends on a dropped
 //     connection) finds its receipt, a key holding the first run's reply for at most a
 //     minute, and returns that reply instead of claiming again; without it the tasks the
 //     first run started would sit pending until the visibility timeout. A call that got

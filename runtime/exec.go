@@ -55,6 +55,9 @@ func (w *Worker) start(q keys.Queue, started []lua.Started) {
 		w.heldMu.Lock()
 		w.held[s.Entry] = e
 		w.heldMu.Unlock()
+		if s.HandedOff {
+			w.metrics.handoffs.Inc()
+		}
 		if s.Reclaimed {
 			w.publish(Event{Type: EventTaskReclaimed, Queue: q.Name, TaskID: s.ID, Attempt: s.Attempt})
 		}

@@ -35,6 +35,7 @@ type metrics struct {
 	eventsDropped prometheus.Counter
 	scheduled     prometheus.Counter
 	roundTrips    prometheus.Counter
+	handoffs      prometheus.Counter
 
 	mu     sync.Mutex
 	byFunc map[string]*funcMetrics // cached label children: no per-task label hashing
@@ -78,10 +79,12 @@ func newMetrics(workerID string) *metrics {
 			Help: "Delayed tasks and retries this worker's scheduler put on their streams."}),
 		roundTrips: prometheus.NewCounter(prometheus.CounterOpts{Name: "dtq_worker_redis_roundtrips_total", ConstLabels: l,
 			Help: "Commands and pipelines sent to Redis (network round trips)."}),
+		handoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "dtq_worker_handoffs_total", ConstLabels: l,
+			Help: "Tasks an enqueue started for this worker while it waited idle (no claim round trip)."}),
 		byFunc: map[string]*funcMetrics{},
 	}
 	reg.MustRegister(m.inflight, m.concurrency, m.leader, m.draining, m.tasks, m.duration, m.pickup,
-		m.loopRestarts, m.redisErrors, m.eventsDropped, m.scheduled, m.roundTrips)
+		m.loopRestarts, m.redisErrors, m.eventsDropped, m.scheduled, m.roundTrips, m.handoffs)
 	return m
 }
 

@@ -70,9 +70,14 @@ func (w *Worker) fetch(ctx context.Context, calls *calls, capacity int64, paused
 			break
 		}
 		call, prev := calls.next(q.Name)
+		now := w.now()
+		var until int64
+		if w.waitsOn(i, paused) {
+			until = now.Add(w.blockFor() + registrationSlack).UnixMilli()
+		}
 		res, err := lua.Claim(ctx, w.rdb, q, lua.ClaimArgs{
-			Consumer: w.id, NowMS: w.now().UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
-			Call: call, Previous: prev,
+			Consumer: w.id, NowMS: now.UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
+			Call: call, Previous: prev, RegisterUntilMS: until, Received: calls.recv[q.Name],
 		})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -89,20 +94,41 @@ func (w *Worker) fetch(ctx context.Context, calls *calls, capacity int64, paused
 	return got, nil
 }
 
-// block waits, on one blocking XREADGROUP over every band of every unpaused queue, for
-// the next entry; what arrives is claimed at once, topped up to capacity.
+// registrationSlack is how long a hand-off registration outlives the blocking read it
+// was made for: the time to the next claim, which renews it.
+const registrationSlack = time.Second
+
+// waitsOn reports whether the idle read will cover queue i (every unpaused queue on a
+// single node; on a cluster the first unpaused one): only then may the worker register
+// for hand-offs on it, or a task handed to it would wait for its next claim.
+func (w *Worker) waitsOn(i int, paused []bool) bool {
+	if paused[i] {
+		return false
+	}
+	if w.blocker.single != nil {
+		return true
+	}
+	for j := range i {
+		if !paused[j] {
+			return false
+		}
+	}
+	return true
+}
+
+// block waits, on one blocking XREADGROUP over every band and the inbox of every
+// unpaused queue, for the next entry or hand-off; a hand-off starts at once, an entry
+// is claimed at once, topped up to capacity.
 func (w *Worker) block(ctx context.Context, calls *calls, capacity int64, paused []bool) error {
 	var streams []string
 	for i, q := range w.queues {
-		if paused[i] {
+		if !w.waitsOn(i, paused) {
 			continue
-		}
-		if w.blocker.single == nil && len(streams) > 0 {
-			break // Cluster: one queue's bands share a slot; queues need not
 		}
 		for p := keys.MaxPriority; p >= 0; p-- {
 			streams = append(streams, q.Stream(p))
 		}
+		streams = append(streams, q.Inbox(w.id))
 	}
 	if len(streams) == 0 {
 		sleepCtx(ctx, w.blockFor())
@@ -123,31 +149,54 @@ func (w *Worker) block(ctx context.Context, calls *calls, capacity int64, paused
 		return nil
 	}
 	delivered := map[string][]lua.Delivered{}
+	handed := map[string][]lua.Started{}
 	for _, x := range xs {
 		q, band, ok := w.streamOf(x.Stream)
 		if !ok {
 			continue
 		}
 		for _, m := range x.Messages {
-			delivered[q.Name] = append(delivered[q.Name], lua.Delivered{Band: band, Entry: m.ID})
+			if band >= 0 {
+				delivered[q.Name] = append(delivered[q.Name], lua.Delivered{Band: band, Entry: m.ID})
+				continue
+			}
+			h, err := lua.DecodeHandoff(m.ID, m.Values)
+			calls.recv[q.Name] = append(calls.recv[q.Name], lua.Received{InboxEntry: m.ID, ID: handoffID(h)})
+			switch {
+			case err != nil:
+				w.log.Warn("inbox: malformed hand-off row dropped", "queue", q.Name, "err", err)
+			case h.Delivered != nil:
+				delivered[q.Name] = append(delivered[q.Name], *h.Delivered)
+			default:
+				handed[q.Name] = append(handed[q.Name], *h.Started)
+			}
 		}
 	}
 	if ctx.Err() != nil {
 		// Draining began while the read was blocked: start nothing new. Hand the
-		// deliveries back (idle = the visibility timeout) so a peer's reaper takes them
-		// at once; they are not ACKed.
+		// deliveries and hand-offs back (idle = the visibility timeout) so a peer's
+		// reaper takes them at once; they are not ACKed.
+		w.handBackStarted(handed)
 		return w.handBackDeliveries(delivered)
+	}
+	for _, q := range w.queues {
+		if s := handed[q.Name]; len(s) > 0 {
+			w.start(q, s)
+			capacity -= int64(len(s))
+		}
 	}
 	for i, q := range w.queues {
 		d := delivered[q.Name]
-		if len(d) == 0 {
+		// A hand-off is told to the next claim on its queue (then it is no longer a
+		// hand-back if this worker dies); with no capacity left, that is this one.
+		if len(d) == 0 && (capacity > 0 || len(calls.recv[q.Name]) == 0) {
 			continue
 		}
 		want := max(0, min(capacity-int64(len(d)), batchMax))
 		call, prev := calls.next(q.Name)
 		res, err := lua.Claim(ctx, w.rdb, q, lua.ClaimArgs{
 			Consumer: w.id, NowMS: w.now().UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
-			Delivered: d, Call: call, Previous: prev,
+			Delivered: d, Call: call, Previous: prev, Received: calls.recv[q.Name],
 		})
 		if err != nil {
 			w.metrics.redisErrors.WithLabelValues("claim").Inc()
@@ -159,6 +208,60 @@ func (w *Worker) block(ctx context.Context, calls *calls, capacity int64, paused
 		capacity -= int64(len(res.Started))
 	}
 	return nil
+}
+
+func handoffID(h lua.Handoff) string {
+	if h.Started != nil {
+		return h.Started.ID
+	}
+	return ""
+}
+
+// handBackStarted hands back tasks started for this worker that it will not run.
+func (w *Worker) handBackStarted(byQueue map[string][]lua.Started) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for name, ss := range byQueue {
+		hs := make([]lua.Held, len(ss))
+		for i, s := range ss {
+			hs[i] = lua.Held{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt}
+		}
+		ok, err := lua.Touch(ctx, w.rdb, w.byName[name], w.id, w.vtMS, true, hs)
+		if err != nil {
+			w.log.Warn("drain: hand back of hand-offs failed; peers reclaim them after the visibility timeout", "queue", name, "err", err)
+			continue
+		}
+		for i, h := range hs {
+			if ok[i] {
+				w.publish(Event{Type: EventHandedBack, Queue: name, TaskID: h.ID, Attempt: h.Attempt})
+			}
+		}
+	}
+}
+
+// leave ends the worker's hand-off registrations (at drain) and hands back what was
+// handed to it and not read.
+func (w *Worker) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	started := map[string][]lua.Started{}
+	delivered := map[string][]lua.Delivered{}
+	for _, q := range w.queues {
+		left, err := lua.Leave(ctx, w.rdb, q, w.id, w.cfg.MaxPayloadBytes)
+		if err != nil {
+			w.log.Warn("drain: leaving the hand-off registration failed; it lapses by itself", "queue", q.Name, "err", err)
+			continue
+		}
+		for _, l := range left {
+			if l.ID == "" {
+				delivered[q.Name] = append(delivered[q.Name], lua.Delivered{Band: l.Band, Entry: l.Entry})
+			} else {
+				started[q.Name] = append(started[q.Name], lua.Started{ID: l.ID, Entry: l.Entry, Band: l.Band, Attempt: l.Attempt})
+			}
+		}
+	}
+	w.handBackStarted(started)
+	_ = w.handBackDeliveries(delivered)
 }
 
 func (w *Worker) handBackDeliveries(delivered map[string][]lua.Delivered) error {
@@ -191,10 +294,13 @@ type calls struct {
 	last map[string]string // the queue's latest call
 	prev map[string]string // the call before it, which got its reply
 	open map[string]bool   // the latest call has had no reply yet
+	// hand-offs read from the inbox, told to the next call on the queue
+	recv map[string][]lua.Received
 }
 
 func (w *Worker) newCalls() *calls {
-	return &calls{w: w, last: map[string]string{}, prev: map[string]string{}, open: map[string]bool{}}
+	return &calls{w: w, last: map[string]string{}, prev: map[string]string{}, open: map[string]bool{},
+		recv: map[string][]lua.Received{}}
 }
 
 // next names the next call on queue and the previous answered one; call answered once
@@ -204,13 +310,17 @@ func (c *calls) next(queue string) (call, prev string) {
 		return c.last[queue], c.prev[queue]
 	}
 	c.prev[queue] = c.last[queue]
-	call = c.w.id + "." + strconv.FormatInt(c.w.callSeq.Add(1), 36)
+	call = c.w.id + "." + c.w.callTag + "." + strconv.FormatInt(c.w.callSeq.Add(1), 36)
 	c.last[queue], c.open[queue] = call, true
 	return call, c.prev[queue]
 }
 
-// answered records that queue's latest call got its reply.
-func (c *calls) answered(queue string) { c.open[queue] = false }
+// answered records that queue's latest call got its reply (and with it the hand-offs
+// it told of).
+func (c *calls) answered(queue string) {
+	c.open[queue] = false
+	delete(c.recv, queue)
+}
 
 // idleFor reports whether DTQ_WORKER_IDLE_EXIT_S has passed with nothing running.
 func (w *Worker) idleFor() bool {
@@ -231,10 +341,15 @@ func (w *Worker) blockFor() time.Duration {
 	return d
 }
 
+// streamOf names the queue of a stream the idle read covers and its band (-1: the
+// worker's inbox on that queue).
 func (w *Worker) streamOf(stream string) (keys.Queue, int, bool) {
 	for _, q := range w.queues {
 		if b := q.BandOf(stream); b >= 0 {
 			return q, b, true
+		}
+		if stream == q.Inbox(w.id) {
+			return q, -1, true
 		}
 	}
 	return keys.Queue{}, 0, false
@@ -247,6 +362,9 @@ func (w *Worker) ensureGroups(ctx context.Context) error {
 			for _, s := range q.Streams {
 				p.XGroupCreateMkStream(ctx, s, keys.Group, "0")
 			}
+			// the inbox lapsed (its worker was busy for ten minutes): as the claim makes it
+			p.XGroupCreateMkStream(ctx, q.Inbox(w.id), keys.Group, "0")
+			p.PExpire(ctx, q.Inbox(w.id), 10*time.Minute)
 		}
 		return nil
 	})

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,6 +96,10 @@ type Worker struct {
 	executors      atomic.Int64 // executor goroutines started
 	idleExecutors  atomic.Int64 // executors waiting for a job
 	callSeq        atomic.Int64 // numbers claim calls (their receipts)
+	// callTag tells this process's claim calls from those of an earlier process with
+	// the same worker id (a restart under a fixed DTQ_WORKER_ID): their receipts live
+	// 60 s, and a call of the same name would get the other's reply.
+	callTag string
 	// The claim calls of the poll and reaper loops, kept across their restarts.
 	pollCalls, reapCalls *calls
 
@@ -144,6 +149,7 @@ func New(o Options) (*Worker, error) {
 		firstFetch:  make(chan struct{}),
 	}
 	w.log = log.With("worker_id", w.id)
+	w.callTag = strconv.FormatUint(uint64(rand.Uint32()), 36)
 	w.pollCalls, w.reapCalls = w.newCalls(), w.newCalls()
 	for _, q := range cfg.Queues {
 		kq := w.ks.Queue(q)
@@ -252,11 +258,15 @@ func (w *Worker) stopSelf(why string) {
 func (w *Worker) drain(loops *sync.WaitGroup) {
 	w.stopFetch()
 	w.firstFetchOnce.Do(func() { close(w.firstFetch) }) // a stop before the first fetch
+	// No more hand-offs: leave at once, and again once the loops are done, in case a
+	// claim in flight registered again.
+	w.leave()
 	w.state.Store(stateDraining)
 	w.metrics.draining.Set(1)
 	w.log.Info("worker: draining", "inflight", w.inflight.Load(), "timeout_s", w.cfg.DrainTimeoutS)
 	w.blocker.unblockUntil(loops)
 	loops.Wait()
+	w.leave()
 	w.heartbeatOnce(context.Background()) // status draining
 
 	if w.leader.Load() {

@@ -147,6 +147,17 @@ func (q Queue) UniquePrefix() string { return q.base + "u:" }
 // its reply was lost gets the same reply instead of stranding what it claimed.
 func (q Queue) Receipt(call string) string { return q.base + "r:" + call }
 
+// Waiting is the zset of workers blocked idle on this queue that take the next new
+// task straight from the enqueue (member "MAXPAYLOAD WORKER", score: until when, ms).
+func (q Queue) Waiting() string { return q.base + "waiting" }
+
+// Inbox is the stream on which the enqueue hands a waiting worker the task it started
+// for it; InboxPrefix()+worker == Inbox(worker).
+func (q Queue) Inbox(worker string) string { return q.base + "in:" + worker }
+
+// InboxPrefix is the prefix of inbox streams.
+func (q Queue) InboxPrefix() string { return q.base + "in:" }
+
 // Paused is present while the queue is paused.
 func (q Queue) Paused() string { return q.base + "paused" }
 

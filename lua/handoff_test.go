@@ -1,0 +1,246 @@
+package lua_test
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/lua"
+)
+
+// wait registers consumer for a hand-off the way an idle worker does: a claim in read
+// mode that finds nothing.
+func (f *fixture) wait(t *testing.T, consumer string, maxPayload int) {
+	t.Helper()
+	r := f.claim(t, lua.ClaimArgs{Consumer: consumer, Want: 1, MaxPayload: maxPayload, RegisterUntilMS: f.now + 60_000})
+	if len(r.Started) != 0 {
+		t.Fatalf("the registering claim started %+v", r.Started)
+	}
+	if n := f.rdb.ZCard(f.ctx, f.q.Waiting()).Val(); n == 0 {
+		t.Fatalf("%s not registered", consumer)
+	}
+}
+
+// inbox reads consumer's inbox as its blocking read does.
+func (f *fixture) inbox(t *testing.T, consumer string) []lua.Handoff {
+	t.Helper()
+	xs, err := f.rdb.XReadGroup(f.ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: consumer,
+		Streams: []string{f.q.Inbox(consumer), ">"}, Block: -1}).Result()
+	if err == redis.Nil {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("read inbox: %v", err)
+	}
+	var out []lua.Handoff
+	for _, m := range xs[0].Messages {
+		h, err := lua.DecodeHandoff(m.ID, m.Values)
+		if err != nil {
+			t.Fatalf("decode %v: %v", m, err)
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+func TestHandoffStartsTaskForWaitingWorker(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.wait(t, "w1", 1<<20)
+	f.enqueue(t, lua.EnqueueArgs{ID: "h1", Priority: 4, Payload: []byte("pay"), MaxRetries: 3, TimeoutMS: 500})
+	for field, want := range map[string]string{"status": "running", "attempt": "1", "worker": "w1", "handback": "1"} {
+		if got := f.field(t, "h1", field); got != want {
+			t.Fatalf("%s = %q, want %q", field, got, want)
+		}
+	}
+	if p := f.pending(t, 4); p != 1 {
+		t.Fatalf("pending on band 4 = %d, want the entry in w1's PEL", p)
+	}
+	hs := f.inbox(t, "w1")
+	if len(hs) != 1 || hs[0].Started == nil {
+		t.Fatalf("inbox = %+v, want one started row", hs)
+	}
+	s := *hs[0].Started
+	if s.ID != "h1" || s.Attempt != 1 || s.Band != 4 || s.Payload != "pay" || s.Function != "noop" ||
+		s.MaxRetries != 3 || s.TimeoutMS != 500 || s.Entry != f.field(t, "h1", "entry") || s.CreatedMS != f.now {
+		t.Fatalf("started row = %+v", s)
+	}
+	// one hand-off per registration: the next task waits on its stream
+	f.enqueue(t, lua.EnqueueArgs{ID: "h2"})
+	if st := f.field(t, "h2", "status"); st != "queued" {
+		t.Fatalf("second task status = %q, want queued", st)
+	}
+	// the next claim is told the row was received: it is deleted and the mark cleared
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1, Received: []lua.Received{{InboxEntry: hs[0].InboxEntry, ID: "h1"}}})
+	if len(r.Started) != 1 || r.Started[0].ID != "h2" {
+		t.Fatalf("claim = %+v, want h2 started", r)
+	}
+	if hb := f.field(t, "h1", "handback"); hb != "" {
+		t.Fatalf("handback after receipt = %q, want cleared", hb)
+	}
+	if n := f.rdb.XLen(f.ctx, f.q.Inbox("w1")).Val(); n != 0 {
+		t.Fatalf("inbox holds %d rows after receipt", n)
+	}
+	// fenced completion works as for any claimed task
+	ok, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 60_000, []lua.Completion{{ID: "h1", Entry: s.Entry, Band: 4, Attempt: 1, Outcome: lua.Succeeded}})
+	if err != nil || !ok[0] || f.field(t, "h1", "status") != "succeeded" || f.pending(t, 4) != 0 {
+		t.Fatalf("complete = %v, %v; status %q", ok, err, f.field(t, "h1", "status"))
+	}
+}
+
+func TestClaimReturnsUnreadHandoffs(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.wait(t, "w1", 1<<20)
+	f.enqueue(t, lua.EnqueueArgs{ID: "u1"})
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1})
+	if len(r.Started) != 1 || r.Started[0].ID != "u1" || r.Started[0].Attempt != 1 || !r.Started[0].HandedOff {
+		t.Fatalf("claim = %+v, want the unread hand-off", r)
+	}
+	if hb := f.field(t, "u1", "handback"); hb != "" {
+		t.Fatalf("handback = %q, want cleared once returned", hb)
+	}
+	if hs := f.inbox(t, "w1"); len(hs) != 0 {
+		t.Fatalf("inbox still holds %+v", hs)
+	}
+	// a claim that started something ends the registration
+	if n := f.rdb.ZCard(f.ctx, f.q.Waiting()).Val(); n != 0 {
+		t.Fatalf("waiting = %d after a start, want 0", n)
+	}
+}
+
+func TestNoHandoff(t *testing.T) {
+	t.Parallel()
+	cases := map[string]func(f *fixture, t *testing.T){
+		"paused": func(f *fixture, t *testing.T) {
+			f.wait(t, "w1", 1<<20)
+			f.rdb.Set(f.ctx, f.q.Paused(), "1", 0)
+			f.enqueue(t, lua.EnqueueArgs{ID: "x"})
+		},
+		"payload over the worker's limit": func(f *fixture, t *testing.T) {
+			f.wait(t, "w1", 2)
+			f.enqueue(t, lua.EnqueueArgs{ID: "x", Payload: []byte("too long")})
+		},
+		"registration lapsed": func(f *fixture, t *testing.T) {
+			f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1, RegisterUntilMS: f.now - 1})
+			f.enqueue(t, lua.EnqueueArgs{ID: "x"})
+		},
+		"not registered": func(f *fixture, t *testing.T) {
+			f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1})
+			f.enqueue(t, lua.EnqueueArgs{ID: "x"})
+		},
+		"delayed task": func(f *fixture, t *testing.T) {
+			f.wait(t, "w1", 1<<20)
+			f.enqueue(t, lua.EnqueueArgs{ID: "x", RunAtMS: f.now + 60_000})
+			if st := f.field(t, "x", "status"); st != "scheduled" {
+				t.Fatalf("status = %q, want scheduled", st)
+			}
+			f.enqueue(t, lua.EnqueueArgs{ID: "y", Priority: 5}) // the registration still serves
+			if st := f.field(t, "y", "status"); st != "running" {
+				t.Fatalf("status of the next task = %q, want running (handed off)", st)
+			}
+			f.rdb.Del(f.ctx, f.q.Task("x"), f.q.Inbox("w1"))
+			f.enqueue(t, lua.EnqueueArgs{ID: "x"})
+		},
+	}
+	for name, run := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			run(f, t)
+			if st := f.field(t, "x", "status"); st != "queued" {
+				t.Fatalf("status = %q, want queued", st)
+			}
+			if f.rdb.XLen(f.ctx, f.q.Stream(0)).Val() != 1 || f.pending(t, 0) != 0 {
+				t.Fatal("the entry is not waiting undelivered on its stream")
+			}
+			if n := f.rdb.XLen(f.ctx, f.q.Inbox("w1")).Val(); n != 0 {
+				t.Fatalf("inbox holds %d rows", n)
+			}
+		})
+	}
+}
+
+// An entry left undelivered (the queue was paused) is older than the new one: the
+// enqueue delivers the older entry and tells the worker to claim it; the new task
+// waits its turn on the stream.
+func TestHandoffOfAnOlderEntry(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "old"})
+	f.rdb.XGroupCreateMkStream(f.ctx, f.q.Inbox("w1"), keys.Group, "0")
+	f.rdb.ZAdd(f.ctx, f.q.Waiting(), redis.Z{Score: float64(f.now + 60_000), Member: lua.WaitingMember(1<<20, "w1")})
+	f.enqueue(t, lua.EnqueueArgs{ID: "new"})
+	if st := f.field(t, "new", "status"); st != "queued" {
+		t.Fatalf("new task status = %q, want queued", st)
+	}
+	hs := f.inbox(t, "w1")
+	if len(hs) != 1 || hs[0].Delivered == nil || hs[0].Delivered.Entry != f.field(t, "old", "entry") {
+		t.Fatalf("inbox = %+v, want a delivered row naming the old entry", hs)
+	}
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 0, Delivered: []lua.Delivered{*hs[0].Delivered},
+		Received: []lua.Received{{InboxEntry: hs[0].InboxEntry}}})
+	if len(r.Started) != 1 || r.Started[0].ID != "old" {
+		t.Fatalf("claim = %+v, want the old task started", r)
+	}
+	r = f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1})
+	if len(r.Started) != 1 || r.Started[0].ID != "new" {
+		t.Fatalf("claim = %+v, want the new task started", r)
+	}
+}
+
+func TestLeaveReturnsUnreadHandoffs(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.wait(t, "w1", 1<<20)
+	f.enqueue(t, lua.EnqueueArgs{ID: "l1", Priority: 2})
+	left, err := lua.Leave(f.ctx, f.rdb, f.q, "w1", 1<<20)
+	if err != nil || len(left) != 1 || left[0].ID != "l1" || left[0].Band != 2 || left[0].Attempt != 1 ||
+		left[0].Entry != f.field(t, "l1", "entry") {
+		t.Fatalf("leave = %+v, %v", left, err)
+	}
+	if f.rdb.Exists(f.ctx, f.q.Inbox("w1")).Val() != 0 || f.rdb.ZCard(f.ctx, f.q.Waiting()).Val() != 0 {
+		t.Fatal("inbox or registration left behind")
+	}
+	f.enqueue(t, lua.EnqueueArgs{ID: "l2"})
+	if st := f.field(t, "l2", "status"); st != "queued" {
+		t.Fatalf("status after leave = %q, want queued", st)
+	}
+}
+
+// A worker that died with a hand-off unread did not fail the task: its reclaim is a
+// hand-back's, not a silent death's.
+func TestReclaimOfUnreadHandoffIsNoFailure(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.wait(t, "gone", 1<<20)
+	f.enqueue(t, lua.EnqueueArgs{ID: "d1", MaxRetries: 0})
+	idleAll(t, f, 0, "gone", 60_000)
+	r := f.claim(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 4, MinIdleMS: 30_000})
+	if len(r.Started) != 1 || r.Started[0].ID != "d1" || r.Started[0].Attempt != 2 || r.Started[0].Failures != 0 {
+		t.Fatalf("reclaim = %+v, want attempt 2 with no failure counted", r)
+	}
+	// the dead worker's inbox row no longer names a current execution
+	r = f.claim(t, lua.ClaimArgs{Consumer: "gone", Want: 1})
+	if len(r.Started) != 0 {
+		t.Fatalf("the stale hand-off started again: %+v", r.Started)
+	}
+}
+
+// Registrations of workers gone without leaving are pruned by the next registration.
+func TestLapsedRegistrationsArePruned(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, w := range []string{"gone1", "gone2"} {
+		f.claim(t, lua.ClaimArgs{Consumer: w, Want: 1, RegisterUntilMS: f.now - 1})
+	}
+	f.wait(t, "live", 1<<20)
+	got := f.rdb.ZRange(f.ctx, f.q.Waiting(), 0, -1).Val()
+	if len(got) != 1 || got[0] != lua.WaitingMember(1<<20, "live") {
+		t.Fatalf("waiting = %v, want only the live worker", got)
+	}
+	if ttl := f.rdb.PTTL(f.ctx, f.q.Inbox("live")).Val(); ttl <= 0 {
+		t.Fatalf("inbox ttl = %v, want an expiry", ttl)
+	}
+}

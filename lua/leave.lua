@@ -1,0 +1,27 @@
+-- leave.lua: end a worker's hand-off registration on one queue and take back what was
+-- handed to it but not read (a draining worker hands those back instead of running them).
+--
+-- KEYS[1]  waiting workers   PREFIX:{Q}:waiting
+-- KEYS[2]  the worker's inbox PREFIX:{Q}:in:WORKER (deleted)
+-- ARGV[1]  consumer group
+-- ARGV[2]  consumer (worker id)
+-- ARGV[3]  its registration member ("PAYLOADLIMIT WORKER")
+--
+-- returns the unread rows, each {band, entry, task id ("" for a "d" row), attempt}
+redis.call("ZREM", KEYS[1], ARGV[3])
+local out = {}
+if redis.call("EXISTS", KEYS[2]) == 1 then
+  local ok, rows = pcall(redis.call, "XREADGROUP", "GROUP", ARGV[1], ARGV[2], "STREAMS", KEYS[2], ">")
+  if ok and rows then
+    for _, e in ipairs(rows[1][2]) do
+      local f = {}
+      for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
+      local band = tonumber(f.b)
+      if band and f.e then
+        out[#out + 1] = {band, f.e, f.i or "", tonumber(f.a) or 0}
+      end
+    end
+  end
+  redis.call("DEL", KEYS[2])
+end
+return out
