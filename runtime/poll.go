@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -184,6 +185,11 @@ func (w *Worker) block(ctx context.Context, calls *calls, capacity int64, paused
 			w.start(q, s)
 			capacity -= int64(len(s))
 		}
+	}
+	if len(handed) > 0 {
+		// Let the executor just woken run on this P now, before this loop's next claim
+		// is encoded and sent: the hand-off was all the function waited for.
+		goruntime.Gosched()
 	}
 	for i, q := range w.queues {
 		d := delivered[q.Name]
