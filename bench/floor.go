@@ -176,6 +176,11 @@ func floorReader(ctx context.Context, prefix string, w io.Writer) error {
 					if err != nil {
 						return err
 					}
+					if h.Delivered != nil {
+						recv = append(recv, lua.Received{InboxEntry: m.ID})
+						d = append(d, *h.Delivered)
+						continue
+					}
 					recv = append(recv, lua.Received{InboxEntry: m.ID, ID: h.Started.ID})
 					started = append(started, *h.Started)
 				}

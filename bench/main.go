@@ -6,7 +6,7 @@
 //	go run ./bench latency    [--n 300] [--gap 20ms]
 //	go run ./bench coldstart  [--reps 20]
 //	go run ./bench drain      [--reps 5]
-//	go run ./bench ceiling    [--n 200000]
+//	go run ./bench ceiling    [--n 50000]
 //	go run ./bench scaler     [--reps 2000]
 //	go run ./bench peer       [--runs 5]     dtq and asynq alternating on the same Redis
 //	go run ./bench chaos      [--duration 2m]

@@ -515,18 +515,22 @@ func waitStatus(ctx context.Context, c *client.Client, ids []string, status stri
 }
 
 // runCeiling drives the design's Redis work without a worker: the claim script (read +
-// start, 32 entries a call) and the complete script (32 outcomes a call), from several
-// goroutines, on n enqueued no-op tasks. No function runs, no bookkeeping happens in Go:
-// what is left is the cost of the design's Redis commands.
+// start, 32 entries a call) and the complete script (32 outcomes a call), pipelined —
+// each round trip completes one batch and claims the next — from a few goroutines, on n
+// enqueued no-op tasks. No function runs, no bookkeeping happens in Go: what is left is
+// the cost of the design's Redis commands.
 func runCeiling(ctx context.Context, e *benchEnv, o options) (result, error) {
 	n := o.n
 	if n == 0 {
-		n = 200000
+		n = 50000
 	}
 	prefix := e.prefix()
 	defer e.drop(prefix)
 	c := e.client(prefix)
 	if _, _, err := enqueueNoops(ctx, c, n, "noop", nil); err != nil {
+		return nil, err
+	}
+	if err := lua.Load(ctx, e.rdb); err != nil {
 		return nil, err
 	}
 	q := keys.New(prefix).Queue(benchQueue)
@@ -536,19 +540,27 @@ func runCeiling(ctx context.Context, e *benchEnv, o options) (result, error) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
-	for g := 0; g < 4; g++ {
+	for g := 0; g < 2; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			consumer := "ceiling-" + strconv.Itoa(g)
+			var prev []lua.Completion
 			for {
-				r, err := lua.Claim(ctx, e.rdb, q, lua.ClaimArgs{Consumer: consumer, NowMS: time.Now().UnixMilli(), Want: 32, MaxPayload: 1 << 20})
-				if err == nil && len(r.Started) > 0 {
-					items := make([]lua.Completion, len(r.Started))
-					for i, s := range r.Started {
-						items[i] = lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded}
-					}
-					_, err = lua.Complete(ctx, e.rdb, q, time.Now().UnixMilli(), 86400000, items)
+				p := e.rdb.Pipeline()
+				var done *redis.Cmd
+				if len(prev) > 0 {
+					done = lua.CompleteCmd(ctx, p, q, time.Now().UnixMilli(), 86400000, prev)
+				}
+				claim := lua.ClaimCmd(ctx, p, q, lua.ClaimArgs{Consumer: consumer, NowMS: time.Now().UnixMilli(), Want: 32, MaxPayload: 1 << 20})
+				_, _ = p.Exec(ctx)
+				var err error
+				if done != nil {
+					_, err = lua.CompleteReply(done)
+				}
+				r, cerr := lua.ClaimReply(claim)
+				if err == nil {
+					err = cerr
 				}
 				if err != nil {
 					mu.Lock()
@@ -556,7 +568,11 @@ func runCeiling(ctx context.Context, e *benchEnv, o options) (result, error) {
 					mu.Unlock()
 					return
 				}
-				if len(r.Started) == 0 {
+				prev = prev[:0]
+				for _, s := range r.Started {
+					prev = append(prev, lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded})
+				}
+				if len(prev) == 0 {
 					return
 				}
 			}

@@ -25,6 +25,7 @@
 -- KEYS[15]    receipt of the caller's previous call on this queue (deleted: it got its reply)
 -- KEYS[16]    waiting workers      PREFIX:{Q}:waiting
 -- KEYS[17]    this worker's inbox  PREFIX:{Q}:in:WORKER
+-- KEYS[18]    left marker          PREFIX:{Q}:left:WORKER (leave.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer (worker id)
 -- ARGV[3]  now ms
@@ -35,7 +36,9 @@
 -- ARGV[8]  queue name
 -- ARGV[9]  read mode: when nothing is started, register in KEYS[16] for a hand-off
 --          (enqueue.lua) until this time in ms; "0": do not
--- ARGV[10] r: hand-offs the caller got from its blocking read of the inbox
+-- ARGV[10] the calling process's tag: a process that left (KEYS[18] holds its tag) is
+--          draining and never registers again
+-- ARGV[11] r: hand-offs the caller got from its blocking read of the inbox
 -- then r pairs: inbox entry id, task id
 -- then n: entries already delivered to this consumer (from a blocking XREADGROUP)
 -- then n pairs: band, entry id
@@ -215,8 +218,8 @@ end
 
 local inbox = KEYS[17]
 -- hand-offs the caller received: no longer unread, so no longer a hand-back if it dies
-local r = tonumber(ARGV[10])
-local at = 11
+local r = tonumber(ARGV[11])
+local at = 12
 for i = 0, r - 1 do
   redis.call("XDEL", inbox, ARGV[at])
   local h = prefix .. ARGV[at + 1]
@@ -310,7 +313,7 @@ if mode == "read" then
   local member = ARGV[6] .. " " .. consumer
   if #started > 0 then
     redis.call("ZREM", KEYS[16], member)
-  elseif paused == 0 and ARGV[9] ~= "0" then
+  elseif paused == 0 and ARGV[9] ~= "0" and redis.call("GET", KEYS[18]) ~= ARGV[10] then
     -- lapsed registrations (workers gone without leaving) go, a few per call; only
     -- commands of the documented ACL (docs/reliability.md) are used
     local lapsed = redis.call("ZRANGEBYSCORE", KEYS[16], "-inf", "(" .. now, "LIMIT", 0, 8)

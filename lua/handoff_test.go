@@ -1,6 +1,7 @@
 package lua_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -195,7 +196,7 @@ func TestLeaveReturnsUnreadHandoffs(t *testing.T) {
 	f := setup(t)
 	f.wait(t, "w1", 1<<20)
 	f.enqueue(t, lua.EnqueueArgs{ID: "l1", Priority: 2})
-	left, err := lua.Leave(f.ctx, f.rdb, f.q, "w1", 1<<20)
+	left, err := lua.Leave(f.ctx, f.rdb, f.q, "w1", "proc1", 1<<20)
 	if err != nil || len(left) != 1 || left[0].ID != "l1" || left[0].Band != 2 || left[0].Attempt != 1 ||
 		left[0].Entry != f.field(t, "l1", "entry") {
 		t.Fatalf("leave = %+v, %v", left, err)
@@ -203,9 +204,17 @@ func TestLeaveReturnsUnreadHandoffs(t *testing.T) {
 	if f.rdb.Exists(f.ctx, f.q.Inbox("w1")).Val() != 0 || f.rdb.ZCard(f.ctx, f.q.Waiting()).Val() != 0 {
 		t.Fatal("inbox or registration left behind")
 	}
-	f.enqueue(t, lua.EnqueueArgs{ID: "l2"})
+	// a claim of the leaving process still in flight does not register it again
+	f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1, Tag: "proc1", RegisterUntilMS: f.now + 60_000})
+	f.enqueue(t, lua.EnqueueArgs{ID: "l2", Priority: 5})
 	if st := f.field(t, "l2", "status"); st != "queued" {
 		t.Fatalf("status after leave = %q, want queued", st)
+	}
+	// a new process under the same worker id does
+	f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 0, Tag: "proc2", RegisterUntilMS: f.now + 60_000})
+	f.enqueue(t, lua.EnqueueArgs{ID: "l3", Priority: 6})
+	if st := f.field(t, "l3", "status"); st != "running" {
+		t.Fatalf("status with a new process registered = %q, want running", st)
 	}
 }
 
@@ -242,5 +251,25 @@ func TestLapsedRegistrationsArePruned(t *testing.T) {
 	}
 	if ttl := f.rdb.PTTL(f.ctx, f.q.Inbox("live")).Val(); ttl <= 0 {
 		t.Fatalf("inbox ttl = %v, want an expiry", ttl)
+	}
+}
+
+// An inbox row not as enqueue.lua writes it is refused with a reason, not run.
+func TestDecodeHandoffRefusesMalformedRows(t *testing.T) {
+	t.Parallel()
+	good := map[string]any{"e": "1-0", "b": "3", "i": "t1", "a": "1", "f": "noop", "p": "x", "t": "0", "m": "2", "u": "", "c": "5"}
+	if h, err := lua.DecodeHandoff("9-0", good); err != nil || h.Started == nil || h.Started.ID != "t1" || h.Started.Band != 3 || !h.Started.HandedOff {
+		t.Fatalf("good row: %+v, %v", h, err)
+	}
+	for name, row := range map[string]map[string]any{
+		"no entry":      {"b": "3", "i": "t1", "a": "1"},
+		"band too high": {"e": "1-0", "b": "10", "i": "t1", "a": "1"},
+		"band not int":  {"e": "1-0", "b": "x", "i": "t1", "a": "1"},
+		"no task":       {"e": "1-0", "b": "3", "a": "1"},
+		"bad attempt":   {"e": "1-0", "b": "3", "i": "t1", "a": "one"},
+	} {
+		if _, err := lua.DecodeHandoff("9-0", row); err == nil || !strings.Contains(err.Error(), "inbox row 9-0") {
+			t.Errorf("%s: err = %v, want a refusal naming the row", name, err)
+		}
 	}
 }

@@ -3,12 +3,16 @@
 --
 -- KEYS[1]  waiting workers   PREFIX:{Q}:waiting
 -- KEYS[2]  the worker's inbox PREFIX:{Q}:in:WORKER (deleted)
+-- KEYS[3]  left marker       PREFIX:{Q}:left:WORKER: holds ARGV[4] for a minute, so a claim
+--          of this process still in flight does not register it again
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer (worker id)
 -- ARGV[3]  its registration member ("PAYLOADLIMIT WORKER")
+-- ARGV[4]  the leaving process's tag
 --
 -- returns the unread rows, each {band, entry, task id ("" for a "d" row), attempt}
 redis.call("ZREM", KEYS[1], ARGV[3])
+redis.call("SET", KEYS[3], ARGV[4], "PX", 60000)
 local out = {}
 if redis.call("EXISTS", KEYS[2]) == 1 then
   local ok, rows = pcall(redis.call, "XREADGROUP", "GROUP", ARGV[1], ARGV[2], "STREAMS", KEYS[2], ">")

@@ -152,6 +152,7 @@ type ClaimArgs struct {
 	// RegisterUntilMS (read mode): when the call starts nothing, the worker waits for
 	// a hand-off from the enqueue until then (unix ms); 0: it does not.
 	RegisterUntilMS int64
+	Tag             string     // the calling process's tag (see Leave)
 	Received        []Received // hand-offs the worker's blocking read got from its inbox
 	// Call names this call for its receipt (a resent call gets the same reply) and
 	// Previous the caller's previous call on the queue (its receipt is deleted). Empty
@@ -214,10 +215,11 @@ type Left struct {
 }
 
 // Leave ends consumer's hand-off registration on q and returns, deleting its inbox,
-// what was handed to it and not read.
-func Leave(ctx context.Context, c redis.Scripter, q keys.Queue, consumer string, maxPayload int) ([]Left, error) {
-	v, err := leaveScript.Run(ctx, c, []string{q.Waiting(), q.Inbox(consumer)},
-		keys.Group, consumer, WaitingMember(maxPayload, consumer)).Slice()
+// what was handed to it and not read. For a minute, claims that carry the same tag
+// (the same process) do not register it again.
+func Leave(ctx context.Context, c redis.Scripter, q keys.Queue, consumer, tag string, maxPayload int) ([]Left, error) {
+	v, err := leaveScript.Run(ctx, c, []string{q.Waiting(), q.Inbox(consumer), q.Left(consumer)},
+		keys.Group, consumer, WaitingMember(maxPayload, consumer), tag).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("leave %s: %w", q.Name, err)
 	}
@@ -276,8 +278,7 @@ type ClaimResult struct {
 	Paused   bool
 }
 
-// Claim reads (or reclaims) entries of one queue and starts their tasks atomically.
-func Claim(ctx context.Context, c redis.Scripter, q keys.Queue, a ClaimArgs) (ClaimResult, error) {
+func claimKV(q keys.Queue, a ClaimArgs) ([]string, []any) {
 	if a.Call == "" {
 		a.Call = randomCall()
 	}
@@ -285,17 +286,17 @@ func Claim(ctx context.Context, c redis.Scripter, q keys.Queue, a ClaimArgs) (Cl
 	if prev == "" {
 		prev = a.Call
 	}
-	ks := make([]string, 0, 17)
+	ks := make([]string, 0, 18)
 	ks = append(ks, q.Streams[:]...)
 	ks = append(ks, q.Paused(), q.TaskPrefix(), q.Dead(), q.Receipt(a.Call), q.Receipt(prev),
-		q.Waiting(), q.Inbox(a.Consumer))
+		q.Waiting(), q.Inbox(a.Consumer), q.Left(a.Consumer))
 	mode := "read"
 	if a.Reclaim {
 		mode = "reclaim"
 	}
 	args := make([]any, 0, 12+2*len(a.Delivered)+2*len(a.Received))
 	args = append(args, keys.Group, a.Consumer, a.NowMS, mode, a.Want, a.MaxPayload, a.MinIdleMS, q.Name,
-		a.RegisterUntilMS, len(a.Received))
+		a.RegisterUntilMS, a.Tag, len(a.Received))
 	for _, r := range a.Received {
 		args = append(args, r.InboxEntry, r.ID)
 	}
@@ -303,9 +304,31 @@ func Claim(ctx context.Context, c redis.Scripter, q keys.Queue, a ClaimArgs) (Cl
 	for _, d := range a.Delivered {
 		args = append(args, d.Band, d.Entry)
 	}
+	return ks, args
+}
+
+// Claim reads (or reclaims) entries of one queue and starts their tasks atomically.
+func Claim(ctx context.Context, c redis.Scripter, q keys.Queue, a ClaimArgs) (ClaimResult, error) {
+	ks, args := claimKV(q, a)
 	v, err := claimScript.Run(ctx, c, ks, args...).Slice()
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim %s: %w", q.Name, err)
+	}
+	return decodeClaim(v)
+}
+
+// ClaimCmd queues one claim on c (a pipeline) by EVALSHA; call Load first. Read its
+// result with ClaimReply.
+func ClaimCmd(ctx context.Context, c redis.Scripter, q keys.Queue, a ClaimArgs) *redis.Cmd {
+	ks, args := claimKV(q, a)
+	return claimScript.EvalSha(ctx, c, ks, args...)
+}
+
+// ClaimReply decodes the reply of a claim.
+func ClaimReply(cmd *redis.Cmd) (ClaimResult, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return ClaimResult{}, fmt.Errorf("claim: %w", err)
 	}
 	return decodeClaim(v)
 }
@@ -371,6 +394,22 @@ type Completion struct {
 // Complete records the outcomes of executions of one queue in one call and reports,
 // per completion, whether it applied (false: fenced off, nothing changed, no ACK).
 func Complete(ctx context.Context, c redis.Scripter, q keys.Queue, nowMS, keepMS int64, items []Completion) ([]bool, error) {
+	ks, args := completeKV(q, nowMS, keepMS, items)
+	v, err := completeScript.Run(ctx, c, ks, args...).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("complete %s: %w", q.Name, err)
+	}
+	return applied(v), nil
+}
+
+// CompleteCmd queues one complete on c (a pipeline) by EVALSHA; call Load first. Read
+// its result with CompleteReply.
+func CompleteCmd(ctx context.Context, c redis.Scripter, q keys.Queue, nowMS, keepMS int64, items []Completion) *redis.Cmd {
+	ks, args := completeKV(q, nowMS, keepMS, items)
+	return completeScript.EvalSha(ctx, c, ks, args...)
+}
+
+func completeKV(q keys.Queue, nowMS, keepMS int64, items []Completion) ([]string, []any) {
 	ks := make([]string, 0, 2+3*len(items))
 	ks = append(ks, q.Schedule(), q.Dead())
 	args := make([]any, 0, 4+6*len(items))
@@ -384,15 +423,24 @@ func Complete(ctx context.Context, c redis.Scripter, q keys.Queue, nowMS, keepMS
 		ks = append(ks, h, q.Stream(it.Band), u)
 		args = append(args, it.ID, it.Entry, it.Attempt, string(rune(it.Outcome)), it.Text, it.RetryMS)
 	}
-	v, err := completeScript.Run(ctx, c, ks, args...).Int64Slice()
+	return ks, args
+}
+
+// CompleteReply decodes the reply of a complete: per item, whether it applied.
+func CompleteReply(cmd *redis.Cmd) ([]bool, error) {
+	v, err := cmd.Int64Slice()
 	if err != nil {
-		return nil, fmt.Errorf("complete %s: %w", q.Name, err)
+		return nil, fmt.Errorf("complete: %w", err)
 	}
+	return applied(v), nil
+}
+
+func applied(v []int64) []bool {
 	out := make([]bool, len(v))
 	for i, x := range v {
 		out[i] = x == 1
 	}
-	return out, nil
+	return out
 }
 
 // Held is an execution a worker holds: its entry and attempt.

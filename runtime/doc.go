@@ -79,7 +79,8 @@
 //     claimed entry does) and writes the task running at attempt 1, and XADDs the started
 //     row to the inbox: the read returns it and the function starts. A registration serves
 //     once; a claim that starts anything ends it; drain ends it (leave.lua) before and
-//     after the loops stop, handing back any unread row. The task's handback field holds
+//     after the loops stop, handing back any unread row, and leaves a marker for a minute
+//     so a claim of the draining process still in flight cannot register it again. The task's handback field holds
 //     the attempt until the worker's next claim says the row was received, so a worker
 //     SIGKILLed while registered costs at most one task per queue a wait of one
 //     visibility timeout, and no failed attempt. Delayed tasks, retries and requeues take

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dtq/dtq/client"
 	"github.com/dtq/dtq/function"
 	"github.com/dtq/dtq/internal/keys"
@@ -96,4 +98,22 @@ func TestKill9IdleWorkerHandoffReclaimed(t *testing.T) {
 	if ti.Status != "succeeded" || ti.Attempt != 2 || ti.Worker != peer.w.ID() || ti.Failures != 0 {
 		t.Fatalf("task %+v: want succeeded by the peer at attempt 2, no failure counted", ti)
 	}
+}
+
+// A malformed row on a worker's inbox is dropped with a warning (and deleted); the
+// worker goes on taking hand-offs.
+func TestMalformedInboxRowIsDropped(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	q := keys.New(e.prefix).Queue("default")
+	rec := newRecorder()
+	r := startWorker(t, e.rdb, e.config(t), nil, rec)
+	eventually(t, "the idle worker registered", func() bool { return e.registered(q, r.w.ID()) })
+	if err := e.rdb.XAdd(e.ctx, &redis.XAddArgs{Stream: q.Inbox(r.w.ID()), Values: []string{"b", "99", "i", "x"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the worker registered again", func() bool { return e.registered(q, r.w.ID()) })
+	id := e.enqueue(t, client.Task{Function: "noop"})
+	rec.wait(t, "the next task done", is(runtime.EventTaskSucceeded, id))
+	eventually(t, "the bad row deleted", func() bool { return e.rdb.XLen(e.ctx, q.Inbox(r.w.ID())).Val() == 0 })
 }

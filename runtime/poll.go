@@ -78,7 +78,7 @@ func (w *Worker) fetch(ctx context.Context, calls *calls, capacity int64, paused
 		}
 		res, err := lua.Claim(ctx, w.rdb, q, lua.ClaimArgs{
 			Consumer: w.id, NowMS: now.UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
-			Call: call, Previous: prev, RegisterUntilMS: until, Received: calls.recv[q.Name],
+			Call: call, Previous: prev, RegisterUntilMS: until, Tag: w.callTag, Received: calls.recv[q.Name],
 		})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -253,7 +253,7 @@ func (w *Worker) leave() {
 	started := map[string][]lua.Started{}
 	delivered := map[string][]lua.Delivered{}
 	for _, q := range w.queues {
-		left, err := lua.Leave(ctx, w.rdb, q, w.id, w.cfg.MaxPayloadBytes)
+		left, err := lua.Leave(ctx, w.rdb, q, w.id, w.callTag, w.cfg.MaxPayloadBytes)
 		if err != nil {
 			w.log.Warn("drain: leaving the hand-off registration failed; it lapses by itself", "queue", q.Name, "err", err)
 			continue

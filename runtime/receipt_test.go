@@ -8,6 +8,7 @@ import (
 
 	"github.com/dtq/dtq/chaos"
 	"github.com/dtq/dtq/client"
+	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/redistest"
 	"github.com/dtq/dtq/runtime"
 )
@@ -42,6 +43,11 @@ func TestUnansweredClaimIsResent(t *testing.T) {
 		clients, err := direct.ClientList(t.Context()).Result()
 		return err == nil && strings.Contains(clients, "cmd=xreadgroup")
 	})
+	// The path under test is the claim of an entry the blocking read delivered: take the
+	// idle worker's hand-off registration away, so the enqueue does not start the task.
+	if err := direct.Del(t.Context(), keys.New(prefix).Queue("default").Waiting()).Err(); err != nil {
+		t.Fatal(err)
+	}
 	proxy.CutOnReply(chaos.Contains("EVALSHA", ":paused", "read"), 1)
 	id, _, err := c.Enqueue(t.Context(), client.Task{Queue: "default", Function: "noop"})
 	if err != nil {

@@ -155,6 +155,10 @@ func (q Queue) Waiting() string { return q.base + "waiting" }
 // for it; InboxPrefix()+worker == Inbox(worker).
 func (q Queue) Inbox(worker string) string { return q.base + "in:" + worker }
 
+// Left marks, for a minute, that the process of a worker id with a given tag left the
+// hand-offs of this queue (it drains).
+func (q Queue) Left(worker string) string { return q.base + "left:" + worker }
+
 // InboxPrefix is the prefix of inbox streams.
 func (q Queue) InboxPrefix() string { return q.base + "in:" }
 
