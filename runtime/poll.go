@@ -225,24 +225,13 @@ func handoffID(h lua.Handoff) string {
 
 // handBackStarted hands back tasks started for this worker that it will not run.
 func (w *Worker) handBackStarted(byQueue map[string][]lua.Started) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
+	held := make(map[string][]lua.Held, len(byQueue))
 	for name, ss := range byQueue {
-		hs := make([]lua.Held, len(ss))
-		for i, s := range ss {
-			hs[i] = lua.Held{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt}
-		}
-		ok, err := lua.Touch(ctx, w.rdb, w.byName[name], w.id, w.vtMS, true, hs)
-		if err != nil {
-			w.log.Warn("drain: hand back of hand-offs failed; peers reclaim them after the visibility timeout", "queue", name, "err", err)
-			continue
-		}
-		for i, h := range hs {
-			if ok[i] {
-				w.publish(Event{Type: EventHandedBack, Queue: name, TaskID: h.ID, Attempt: h.Attempt})
-			}
+		for _, s := range ss {
+			held[name] = append(held[name], lua.Held{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt})
 		}
 	}
+	w.touchBack(held)
 }
 
 // leave ends the worker's hand-off registrations (at drain) and hands back what was

@@ -349,11 +349,9 @@ func (w *Worker) giveUp() {
 	w.handBack(back)
 }
 
-func (w *Worker) handBack(list []*execution) {
-	byQueue := map[string][]lua.Held{}
-	for _, e := range list {
-		byQueue[e.q.Name] = append(byQueue[e.q.Name], e.heldRef())
-	}
+// touchBack hands back held entries, by queue: idle = the visibility timeout (a peer's
+// next reaper pass takes them) and the attempt marked as handed back, still not ACKed.
+func (w *Worker) touchBack(byQueue map[string][]lua.Held) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	for name, hs := range byQueue {
@@ -368,6 +366,14 @@ func (w *Worker) handBack(list []*execution) {
 			}
 		}
 	}
+}
+
+func (w *Worker) handBack(list []*execution) {
+	byQueue := map[string][]lua.Held{}
+	for _, e := range list {
+		byQueue[e.q.Name] = append(byQueue[e.q.Name], e.heldRef())
+	}
+	w.touchBack(byQueue)
 	for _, e := range list {
 		w.metrics.count(e.fnLabel, OutcomeHandedBack)
 		w.release(e)
