@@ -221,6 +221,8 @@ local inbox = KEYS[17]
 local r = tonumber(ARGV[11])
 local at = 12
 for i = 0, r - 1 do
+  -- XDEL leaves a read row in the group's PEL: XACK it first, or the PEL grows forever
+  pcall(redis.call, "XACK", inbox, group, ARGV[at])
   redis.call("XDEL", inbox, ARGV[at])
   local h = prefix .. ARGV[at + 1]
   local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "handback", "worker")
@@ -232,7 +234,7 @@ end
 
 -- hand-offs not read yet
 if redis.call("EXISTS", inbox) == 1 then
-  local ok, rows = pcall(redis.call, "XREADGROUP", "GROUP", group, consumer, "STREAMS", inbox, ">")
+  local ok, rows = pcall(redis.call, "XREADGROUP", "GROUP", group, consumer, "NOACK", "STREAMS", inbox, ">")
   if ok and rows then
     for _, e in ipairs(rows[1][2]) do
       local f = {}

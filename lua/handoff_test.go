@@ -83,6 +83,9 @@ func TestHandoffStartsTaskForWaitingWorker(t *testing.T) {
 	if n := f.rdb.XLen(f.ctx, f.q.Inbox("w1")).Val(); n != 0 {
 		t.Fatalf("inbox holds %d rows after receipt", n)
 	}
+	if p, err := f.rdb.XPending(f.ctx, f.q.Inbox("w1"), keys.Group).Result(); err != nil || p.Count != 0 {
+		t.Fatalf("inbox PEL after receipt = %+v, %v; want empty (it would grow with every hand-off)", p, err)
+	}
 	// fenced completion works as for any claimed task
 	ok, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 60_000, []lua.Completion{{ID: "h1", Entry: s.Entry, Band: 4, Attempt: 1, Outcome: lua.Succeeded}})
 	if err != nil || !ok[0] || f.field(t, "h1", "status") != "succeeded" || f.pending(t, 4) != 0 {
@@ -104,6 +107,9 @@ func TestClaimReturnsUnreadHandoffs(t *testing.T) {
 	}
 	if hs := f.inbox(t, "w1"); len(hs) != 0 {
 		t.Fatalf("inbox still holds %+v", hs)
+	}
+	if p, err := f.rdb.XPending(f.ctx, f.q.Inbox("w1"), keys.Group).Result(); err != nil || p.Count != 0 {
+		t.Fatalf("inbox PEL = %+v, %v; want empty", p, err)
 	}
 	// a claim that started something ends the registration
 	if n := f.rdb.ZCard(f.ctx, f.q.Waiting()).Val(); n != 0 {

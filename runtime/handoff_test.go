@@ -47,8 +47,9 @@ func TestIdleWorkerTakesHandoffs(t *testing.T) {
 			t.Fatalf("task %+v", ti)
 		}
 		eventually(t, "the hand-off told to the next claim", func() bool {
+			p, err := e.rdb.XPending(e.ctx, q.Inbox(r.w.ID()), keys.Group).Result()
 			return e.rdb.HGet(e.ctx, q.Task(id), "handback").Val() == "" &&
-				e.rdb.XLen(e.ctx, q.Inbox(r.w.ID())).Val() == 0
+				e.rdb.XLen(e.ctx, q.Inbox(r.w.ID())).Val() == 0 && err == nil && p.Count == 0
 		})
 	}
 	want := `dtq_worker_handoffs_total{worker_id="` + r.w.ID() + `"} 5`
