@@ -373,7 +373,9 @@ func (e *benchEnv) keyspaceNotifications(ctx context.Context) (restore func(), o
 		return func() {}, false
 	}
 	old := was["notify-keyspace-events"]
-	if err := e.rdb.ConfigSet(ctx, "notify-keyspace-events", "Kh").Err(); err != nil {
+	// h: the claim's and the completion's HSET; g: the completion's PEXPIRE of a task
+	// that succeeded, the last write of that script.
+	if err := e.rdb.ConfigSet(ctx, "notify-keyspace-events", "Khg").Err(); err != nil {
 		return func() {}, false
 	}
 	return func() { _ = e.rdb.ConfigSet(context.Background(), "notify-keyspace-events", old).Err() }, true
@@ -427,21 +429,37 @@ func (f *finishWatch) wait(limit time.Duration) (time.Time, error) {
 		}
 		return time.Time{}, errors.New("task not finished in time")
 	}
+	// A notification is timed when it is read; the status read that follows may already
+	// see a later write (the claim's HSET is read, the task has succeeded meanwhile), so
+	// a success is timed by the completion's own last write, its PEXPIRE ("expire"),
+	// when one comes (a worker keeping results forever sends none).
 	ch := f.sub.Channel()
 	t := time.NewTimer(limit)
 	defer t.Stop()
+	var succeeded time.Time
+	var grace <-chan time.Time
 	for {
 		select {
-		case <-ch:
+		case m := <-ch:
 			at := time.Now()
+			if m.Payload == "expire" {
+				return at, nil
+			}
+			if !succeeded.IsZero() {
+				continue
+			}
 			st, err := f.rdb.HGet(f.ctx, f.q.Task(f.id), "status").Result()
 			if err != nil {
 				return time.Time{}, err
 			}
 			switch st {
-			case "succeeded", "dead", "retrying":
+			case "succeeded":
+				succeeded, grace = at, time.After(time.Second)
+			case "dead", "retrying":
 				return at, nil
 			}
+		case <-grace:
+			return succeeded, nil
 		case <-t.C:
 			return time.Time{}, errors.New("task not finished in time")
 		}
