@@ -167,22 +167,16 @@ func floorReader(ctx context.Context, prefix string, w io.Writer) error {
 			}
 			var d []lua.Delivered
 			for _, s := range res {
-				for _, m := range s.Messages {
-					if s.Stream != q.Inbox("floor") {
-						d = append(d, lua.Delivered{Band: q.BandOf(s.Stream), Entry: m.ID})
-						continue
-					}
-					h, err := lua.DecodeHandoff(m.ID, m.Values)
+				if s.Stream == q.Inbox("floor") {
+					handed, hd, rs, err := lua.SplitInbox(s.Messages)
 					if err != nil {
 						return err
 					}
-					if h.Delivered != nil {
-						recv = append(recv, lua.Received{InboxEntry: m.ID})
-						d = append(d, *h.Delivered)
-						continue
-					}
-					recv = append(recv, lua.Received{InboxEntry: m.ID, ID: h.Started.ID})
-					started = append(started, *h.Started)
+					started, d, recv = append(started, handed...), append(d, hd...), append(recv, rs...)
+					continue
+				}
+				for _, m := range s.Messages {
+					d = append(d, lua.Delivered{Band: q.BandOf(s.Stream), Entry: m.ID})
 				}
 			}
 			if len(d) > 0 {
@@ -202,12 +196,17 @@ func floorReader(ctx context.Context, prefix string, w io.Writer) error {
 		if _, err := fmt.Fprintln(w, at); err != nil {
 			return err
 		}
-		items := make([]lua.Completion, len(started))
-		for i, s := range started {
-			items[i] = lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded}
-		}
-		if _, err := lua.Complete(ctx, rdb, q, time.Now().UnixMilli(), 86400000, items); err != nil {
+		if _, err := lua.Complete(ctx, rdb, q, time.Now().UnixMilli(), 86400000, succeeded(started)); err != nil {
 			return err
 		}
 	}
+}
+
+// succeeded is the outcome of started no-op tasks that ran: each succeeded.
+func succeeded(started []lua.Started) []lua.Completion {
+	items := make([]lua.Completion, len(started))
+	for i, s := range started {
+		items[i] = lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded}
+	}
+	return items
 }

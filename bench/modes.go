@@ -568,10 +568,7 @@ func runCeiling(ctx context.Context, e *benchEnv, o options) (result, error) {
 					mu.Unlock()
 					return
 				}
-				prev = prev[:0]
-				for _, s := range r.Started {
-					prev = append(prev, lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded})
-				}
+				prev = succeeded(r.Started)
 				if len(prev) == 0 {
 					return
 				}

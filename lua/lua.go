@@ -205,6 +205,30 @@ func DecodeHandoff(id string, v map[string]any) (Handoff, error) {
 	return h, nil
 }
 
+// SplitInbox sorts rows a blocking read took from a worker's inbox: the tasks started
+// for it, the entries delivered to it (to claim), and every row as received (to tell the
+// next claim, which deletes them, malformed ones included). err names the first
+// malformed row; the others are still sorted.
+func SplitInbox(msgs []redis.XMessage) (started []Started, delivered []Delivered, recv []Received, err error) {
+	for _, m := range msgs {
+		h, derr := DecodeHandoff(m.ID, m.Values)
+		r := Received{InboxEntry: m.ID}
+		switch {
+		case derr != nil:
+			if err == nil {
+				err = derr
+			}
+		case h.Delivered != nil:
+			delivered = append(delivered, *h.Delivered)
+		default:
+			started = append(started, *h.Started)
+			r.ID = h.Started.ID
+		}
+		recv = append(recv, r)
+	}
+	return started, delivered, recv, err
+}
+
 // Left is a hand-off a leaving worker had not read: a started task (ID set) or a
 // delivered entry (ID empty). Either is in the worker's PEL: hand it back.
 type Left struct {
@@ -252,6 +276,11 @@ type Started struct {
 	CreatedMS  int64
 	Reclaimed  bool
 	HandedOff  bool // started by the enqueue for this worker (a hand-off)
+}
+
+// Held is the execution's entry and attempt, as touch.lua fences them.
+func (s Started) Held() Held {
+	return Held{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt}
 }
 
 // Absorbed is an entry the claim ACKed without running.

@@ -29,9 +29,7 @@ type execution struct {
 	reason   string // why the outcome (for logs and events)
 }
 
-func (e *execution) heldRef() lua.Held {
-	return lua.Held{ID: e.s.ID, Entry: e.s.Entry, Band: e.s.Band, Attempt: e.s.Attempt}
-}
+func (e *execution) heldRef() lua.Held { return e.s.Held() }
 
 // start registers the claimed tasks as held and hands them to the executors.
 func (w *Worker) start(q keys.Queue, started []lua.Started) {

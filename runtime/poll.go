@@ -156,21 +156,18 @@ func (w *Worker) block(ctx context.Context, calls *calls, capacity int64, paused
 		if !ok {
 			continue
 		}
-		for _, m := range x.Messages {
-			if band >= 0 {
-				delivered[q.Name] = append(delivered[q.Name], lua.Delivered{Band: band, Entry: m.ID})
-				continue
-			}
-			h, err := lua.DecodeHandoff(m.ID, m.Values)
-			calls.recv[q.Name] = append(calls.recv[q.Name], lua.Received{InboxEntry: m.ID, ID: handoffID(h)})
-			switch {
-			case err != nil:
+		if band < 0 {
+			started, d, recv, err := lua.SplitInbox(x.Messages)
+			if err != nil {
 				w.log.Warn("inbox: malformed hand-off row dropped", "queue", q.Name, "err", err)
-			case h.Delivered != nil:
-				delivered[q.Name] = append(delivered[q.Name], *h.Delivered)
-			default:
-				handed[q.Name] = append(handed[q.Name], *h.Started)
 			}
+			handed[q.Name] = append(handed[q.Name], started...)
+			delivered[q.Name] = append(delivered[q.Name], d...)
+			calls.recv[q.Name] = append(calls.recv[q.Name], recv...)
+			continue
+		}
+		for _, m := range x.Messages {
+			delivered[q.Name] = append(delivered[q.Name], lua.Delivered{Band: band, Entry: m.ID})
 		}
 	}
 	if ctx.Err() != nil {
@@ -216,19 +213,12 @@ func (w *Worker) block(ctx context.Context, calls *calls, capacity int64, paused
 	return nil
 }
 
-func handoffID(h lua.Handoff) string {
-	if h.Started != nil {
-		return h.Started.ID
-	}
-	return ""
-}
-
 // handBackStarted hands back tasks started for this worker that it will not run.
 func (w *Worker) handBackStarted(byQueue map[string][]lua.Started) {
 	held := make(map[string][]lua.Held, len(byQueue))
 	for name, ss := range byQueue {
 		for _, s := range ss {
-			held[name] = append(held[name], lua.Held{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt})
+			held[name] = append(held[name], s.Held())
 		}
 	}
 	w.touchBack(held)
@@ -239,7 +229,7 @@ func (w *Worker) handBackStarted(byQueue map[string][]lua.Started) {
 func (w *Worker) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	started := map[string][]lua.Started{}
+	held := map[string][]lua.Held{}
 	delivered := map[string][]lua.Delivered{}
 	for _, q := range w.queues {
 		left, err := lua.Leave(ctx, w.rdb, q, w.id, w.callTag, w.cfg.MaxPayloadBytes)
@@ -251,11 +241,11 @@ func (w *Worker) leave() {
 			if l.ID == "" {
 				delivered[q.Name] = append(delivered[q.Name], lua.Delivered{Band: l.Band, Entry: l.Entry})
 			} else {
-				started[q.Name] = append(started[q.Name], lua.Started{ID: l.ID, Entry: l.Entry, Band: l.Band, Attempt: l.Attempt})
+				held[q.Name] = append(held[q.Name], lua.Held{ID: l.ID, Entry: l.Entry, Band: l.Band, Attempt: l.Attempt})
 			}
 		}
 	}
-	w.handBackStarted(started)
+	w.touchBack(held)
 	_ = w.handBackDeliveries(delivered)
 }
 
