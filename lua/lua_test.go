@@ -588,3 +588,61 @@ func TestResentClaimGetsTheSameReply(t *testing.T) {
 		t.Fatalf("receipt ttl %v, want at most a minute", ttl)
 	}
 }
+
+// complete.lua orders stream ids as numbers, not text: "7-11" comes after "7-8" and
+// "30-0" after "7-9". Entries are added with explicit ids across those boundaries; a
+// text comparison would leave finished entries behind or trim undelivered ones, and
+// XLEN would no longer be undelivered plus pending.
+func TestCompleteOrdersStreamIDsAsNumbers(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	stream := f.q.Stream(0)
+	if err := f.rdb.XGroupCreateMkStream(f.ctx, stream, keys.Group, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"7-8", "7-9", "7-10", "7-11", "30-0", "300-0", "300-9", "300-10"}
+	for i, eid := range ids {
+		id := fmt.Sprintf("n%d", i)
+		if err := f.rdb.HSet(f.ctx, f.q.Task(id), "status", "queued", "attempt", "0", "entry", eid,
+			"function", "noop", "payload", "", "id", id).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.rdb.XAdd(f.ctx, &redis.XAddArgs{Stream: stream, ID: eid, Values: []any{"task", id, "attempt", "0"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 6}) // up to 300-0; 300-9 and 300-10 undelivered
+	if len(r.Started) != 6 {
+		t.Fatalf("started %d", len(r.Started))
+	}
+	byEntry := map[string]lua.Started{}
+	for _, s := range r.Started {
+		byEntry[s.Entry] = s
+	}
+	done := map[string]bool{}
+	for _, step := range [][]string{{"7-11", "300-0"}, {"7-8"}, {"7-9", "7-10", "30-0"}} {
+		var items []lua.Completion
+		for _, eid := range step {
+			s, ok := byEntry[eid]
+			if !ok {
+				t.Fatalf("entry %s was not started", eid)
+			}
+			items = append(items, lua.Completion{ID: s.ID, Entry: s.Entry, Band: 0, Attempt: s.Attempt, Outcome: lua.Succeeded})
+			done[eid] = true
+		}
+		if _, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 0, items); err != nil {
+			t.Fatal(err)
+		}
+		if n, want := f.rdb.XLen(f.ctx, stream).Val(), int64(len(ids)-len(done)); n != want {
+			t.Fatalf("after completing %v: xlen %d, want %d", step, n, want)
+		}
+		for _, eid := range ids {
+			if !done[eid] && len(f.rdb.XRange(f.ctx, stream, eid, eid).Val()) != 1 {
+				t.Fatalf("after completing %v: entry %s, not finished, was removed", step, eid)
+			}
+		}
+	}
+	if r2 := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 10}); len(r2.Started) != 2 {
+		t.Fatalf("undelivered entries lost: started %d of 2", len(r2.Started))
+	}
+}
