@@ -106,9 +106,10 @@ local statuses = {queued = true, running = true, scheduled = true, retrying = tr
 
 -- a count as dtq writes it: an integer small enough to come back from Lua unchanged
 -- (a number above 1e17 would be written back as "1e+17", which no fence matches)
+local floor = math.floor
 local function count(v)
   local x = tonumber(v)
-  if not x or x < 0 or x ~= math.floor(x) or x > 1e9 then return nil end
+  if not x or x < 0 or x ~= floor(x) or x > 1e9 then return nil end
   return x
 end
 
@@ -149,7 +150,7 @@ local function take(band, eid, fields, reclaiming)
   if not an then
     return reject(stream, band, eid, fields, "malformed entry: attempt " .. tostring(a) .. " is not a count")
   end
-  if #id > 200 or string.find(id, "[{}]") then
+  if #id > 200 or string.find(id, "{", 1, true) or string.find(id, "}", 1, true) then
     return reject(stream, band, eid, fields, "malformed entry: bad task id")
   end
   local h = prefix .. id
@@ -206,8 +207,14 @@ local function take(band, eid, fields, reclaiming)
     redis.call("HSET", h, "attempt", attempt, "worker", consumer, "entry", eid)
     return kill(stream, band, eid, id, h, "payload is " .. #payload .. " bytes, over the limit of " .. maxpayload)
   end
-  redis.call("HSET", h, "status", "running", "attempt", digits[attempt] or attempt, "worker", consumer,
-    "started_at", now, "entry", eid)
+  if t[3] == eid then
+    -- the usual case: the entry is the one the task was queued with (one field less to write)
+    redis.call("HSET", h, "status", "running", "attempt", digits[attempt] or attempt, "worker", consumer,
+      "started_at", now)
+  else
+    redis.call("HSET", h, "status", "running", "attempt", digits[attempt] or attempt, "worker", consumer,
+      "started_at", now, "entry", eid)
+  end
   started[#started + 1] = {eid, band, id, attempt, t[5] or "", payload, t[7] or "0",
     t[8] or "0", failures, t[10] or "", t[11] or "0", reclaimed}
 end

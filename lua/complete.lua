@@ -55,7 +55,12 @@ for i = 0, n - 1 do
     out[#out + 1] = 0
   else
     if outcome == "s" then
-      redis.call("HSET", h, "status", "succeeded", "result", text, "finished_at", now)
+      if text == "" then
+        -- no result: the field stays absent (it reads as ""), one field less to add
+        redis.call("HSET", h, "status", "succeeded", "finished_at", now)
+      else
+        redis.call("HSET", h, "status", "succeeded", "result", text, "finished_at", now)
+      end
       if keep ~= "0" then
         redis.call("PEXPIRE", h, keep)
         if ukey ~= h then redis.call("PEXPIRE", ukey, keep) end
