@@ -26,6 +26,7 @@
 -- KEYS[16]    waiting workers      PREFIX:{Q}:waiting
 -- KEYS[17]    this worker's inbox  PREFIX:{Q}:in:WORKER
 -- KEYS[18]    left marker          PREFIX:{Q}:left:WORKER (leave.lua)
+-- KEYS[19]    hand-offs in flight  PREFIX:{Q}:handed (enqueue.lua, rescue.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer (worker id)
 -- ARGV[3]  now ms
@@ -44,7 +45,7 @@
 -- then n pairs: band, entry id
 --
 -- Hand-offs (see enqueue.lua). The caller's inbox rows it names were received: they are
--- deleted and their tasks' handback marks cleared. Rows it has not read yet (it was busy
+-- deleted, their tasks' handback marks cleared and their notes in KEYS[19] removed. Rows it has not read yet (it was busy
 -- and did not block) are read here and returned among the started, still-current ones
 -- only; "d" rows name an entry delivered to it, taken here as a delivered one. In read
 -- mode a call that starts a task ends the caller's registration; one that finds nothing
@@ -234,6 +235,7 @@ for i = 0, r - 1 do
   -- XDEL leaves a read row in the group's PEL: XACK it first, or the PEL grows forever
   pcall(redis.call, "XACK", inbox, group, ARGV[at])
   redis.call("XDEL", inbox, ARGV[at])
+  redis.call("ZREM", KEYS[19], consumer .. " " .. ARGV[at])
   local h = prefix .. ARGV[at + 1]
   local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "handback", "worker")
   if ok and t[1] and t[3] == t[2] and t[4] == consumer then
@@ -251,6 +253,7 @@ if redis.call("EXISTS", inbox) == 1 then
       for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
       local band = tonumber(f.b)
       redis.call("XDEL", inbox, e[1])
+      redis.call("ZREM", KEYS[19], consumer .. " " .. e[1])
       if band and band >= 0 and band <= 9 and f.e then
         if f.d then
           delivered(band, f.e)

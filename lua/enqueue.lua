@@ -7,6 +7,7 @@
 -- KEYS[5]  waiting workers      PREFIX:{Q}:waiting
 -- KEYS[6]  paused flag          PREFIX:{Q}:paused
 -- KEYS[7]  inbox prefix         PREFIX:{Q}:in:
+-- KEYS[8]  hand-offs in flight  PREFIX:{Q}:handed
 -- ARGV[1]  task id
 -- ARGV[2]  queue name
 -- ARGV[3]  function name
@@ -35,6 +36,9 @@
 -- got the row: a worker that died holding an unread hand-off did not fail the task.
 -- When the read delivers an older entry instead (one left undelivered while the queue
 -- was paused), the inbox says so ("d"), and the worker claims that entry itself.
+-- Every inbox row is noted in KEYS[8] ("WORKER ROWID", scored by now) until the worker's
+-- next claim says it got it; the scheduler leader puts back on the stream the tasks of
+-- rows a dead worker never read (rescue.lua).
 --
 -- returns {id, code}: code 1 created, 0 a task with this unique key exists (id is that task's),
 --         -1 a task with this id exists already.
@@ -80,11 +84,13 @@ else
       local got = r and r[1][2][1]
       if got and got[1] == entry then
         status, attempt, worker, started_at = "running", "1", consumer, ARGV[8]
-        redis.call("XADD", KEYS[7] .. consumer, "*", "e", entry, "b", ARGV[5], "i", ARGV[1],
+        local row = redis.call("XADD", KEYS[7] .. consumer, "*", "e", entry, "b", ARGV[5], "i", ARGV[1],
           "a", "1", "f", ARGV[3], "p", ARGV[4], "t", ARGV[7], "m", ARGV[6], "u", unique,
           "c", ARGV[8])
+        redis.call("ZADD", KEYS[8], ARGV[8], consumer .. " " .. row)
       elseif got then
-        redis.call("XADD", KEYS[7] .. consumer, "*", "d", "1", "e", got[1], "b", ARGV[5])
+        local row = redis.call("XADD", KEYS[7] .. consumer, "*", "d", "1", "e", got[1], "b", ARGV[5])
+        redis.call("ZADD", KEYS[8], ARGV[8], consumer .. " " .. row)
       end
     end
   end

@@ -279,3 +279,112 @@ func TestDecodeHandoffRefusesMalformedRows(t *testing.T) {
 		}
 	}
 }
+
+// A hand-off the worker never read (it died waiting) is put back on its stream by the
+// rescue: the task is queued again at attempt 0 with a new entry, the old delivery is
+// gone from the dead worker's PEL, and the next claim starts it as a fresh delivery at
+// attempt 1 with no failure counted. A newer hand-off than the cutoff is left alone.
+func TestRescueOfUnreadHandoff(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.wait(t, "dead", 1<<20)
+	f.enqueue(t, lua.EnqueueArgs{ID: "r1", Priority: 3, MaxRetries: 0})
+	old := f.field(t, "r1", "entry")
+	if n := f.rdb.ZCard(f.ctx, f.q.Handed()).Val(); n != 1 {
+		t.Fatalf("hand-offs noted = %d, want 1", n)
+	}
+	if ids, err := lua.Rescue(f.ctx, f.rdb, f.q, f.now, f.now-1, 100); err != nil || len(ids) != 0 {
+		t.Fatalf("rescue before the cutoff = %v, %v; want nothing", ids, err)
+	}
+	if st := f.field(t, "r1", "status"); st != "running" {
+		t.Fatalf("status = %q after an early rescue, want running", st)
+	}
+	ids, err := lua.Rescue(f.ctx, f.rdb, f.q, f.now, f.now, 100)
+	if err != nil || len(ids) != 1 || ids[0] != "r1" {
+		t.Fatalf("rescue = %v, %v; want r1", ids, err)
+	}
+	for field, want := range map[string]string{"status": "queued", "attempt": "0", "worker": "", "handback": "", "failures": "0"} {
+		if got := f.field(t, "r1", field); got != want {
+			t.Fatalf("%s = %q after the rescue, want %q", field, got, want)
+		}
+	}
+	if e := f.field(t, "r1", "entry"); e == old || e == "" {
+		t.Fatalf("entry = %q, want a new one (old %s)", e, old)
+	}
+	if p := f.pending(t, 3); p != 0 {
+		t.Fatalf("pending on band 3 = %d, want the dead worker's delivery acked", p)
+	}
+	if n := f.rdb.XLen(f.ctx, f.q.Stream(3)).Val(); n != 1 {
+		t.Fatalf("band 3 holds %d entries, want the new one only", n)
+	}
+	if n := f.rdb.XLen(f.ctx, f.q.Inbox("dead")).Val(); n != 0 {
+		t.Fatalf("the dead worker's inbox holds %d rows", n)
+	}
+	if n := f.rdb.ZCard(f.ctx, f.q.Handed()).Val(); n != 0 {
+		t.Fatalf("hand-offs noted = %d after the rescue, want 0", n)
+	}
+	r := f.claim(t, lua.ClaimArgs{Consumer: "live", Want: 4})
+	if len(r.Started) != 1 || r.Started[0].ID != "r1" || r.Started[0].Attempt != 1 || r.Started[0].Failures != 0 || r.Started[0].HandedOff {
+		t.Fatalf("claim = %+v, want r1 as a fresh delivery at attempt 1", r)
+	}
+	// a second rescue finds nothing more
+	if ids, err := lua.Rescue(f.ctx, f.rdb, f.q, f.now, f.now+60_000, 100); err != nil || len(ids) != 0 {
+		t.Fatalf("second rescue = %v, %v", ids, err)
+	}
+}
+
+// A hand-off the worker read is its to run: the rescue drops the note and leaves the
+// task running. A claim telling the row received drops the note too.
+func TestRescueLeavesReadHandoffs(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.wait(t, "w1", 1<<20)
+	f.enqueue(t, lua.EnqueueArgs{ID: "k1"})
+	hs := f.inbox(t, "w1")
+	if len(hs) != 1 {
+		t.Fatalf("inbox = %+v", hs)
+	}
+	ids, err := lua.Rescue(f.ctx, f.rdb, f.q, f.now, f.now+60_000, 100)
+	if err != nil || len(ids) != 0 {
+		t.Fatalf("rescue = %v, %v; want nothing: the row was read", ids, err)
+	}
+	if st, w := f.field(t, "k1", "status"), f.field(t, "k1", "worker"); st != "running" || w != "w1" {
+		t.Fatalf("task %s by %s, want running by w1", st, w)
+	}
+	if n := f.rdb.ZCard(f.ctx, f.q.Handed()).Val(); n != 0 {
+		t.Fatalf("hand-offs noted = %d, want the read one's note dropped", n)
+	}
+	f.wait(t, "w2", 1<<20)
+	f.enqueue(t, lua.EnqueueArgs{ID: "k2"})
+	hs = f.inbox(t, "w2")
+	f.claim(t, lua.ClaimArgs{Consumer: "w2", Want: 0, Received: []lua.Received{{InboxEntry: hs[0].InboxEntry, ID: "k2"}}})
+	if n := f.rdb.ZCard(f.ctx, f.q.Handed()).Val(); n != 0 {
+		t.Fatalf("hand-offs noted = %d after the receipt, want 0", n)
+	}
+}
+
+// A "d" row (an older entry delivered to the waiting worker) that the worker never read
+// puts that entry's task back too.
+func TestRescueOfUnreadDeliveredRow(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "old", Priority: 1})
+	old := f.field(t, "old", "entry")
+	f.rdb.XGroupCreateMkStream(f.ctx, f.q.Inbox("w1"), keys.Group, "0")
+	f.rdb.ZAdd(f.ctx, f.q.Waiting(), redis.Z{Score: float64(f.now + 60_000), Member: lua.WaitingMember(1<<20, "w1")})
+	f.enqueue(t, lua.EnqueueArgs{ID: "new", Priority: 1})
+	if p := f.pending(t, 1); p != 1 {
+		t.Fatalf("pending = %d, want the old entry delivered to w1", p)
+	}
+	ids, err := lua.Rescue(f.ctx, f.rdb, f.q, f.now, f.now, 100)
+	if err != nil || len(ids) != 1 || ids[0] != "old" {
+		t.Fatalf("rescue = %v, %v; want old", ids, err)
+	}
+	if e := f.field(t, "old", "entry"); e == old || f.field(t, "old", "status") != "queued" || f.pending(t, 1) != 0 {
+		t.Fatalf("old task entry %q status %q pending %d, want a new entry, queued, nothing pending", e, f.field(t, "old", "status"), f.pending(t, 1))
+	}
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w2", Want: 4})
+	if len(r.Started) != 2 {
+		t.Fatalf("claim = %+v, want both tasks started", r)
+	}
+}

@@ -5,6 +5,7 @@
 -- KEYS[2]  the worker's inbox PREFIX:{Q}:in:WORKER (deleted)
 -- KEYS[3]  left marker       PREFIX:{Q}:left:WORKER: holds ARGV[4] for a minute, so a claim
 --          of this process still in flight does not register it again
+-- KEYS[4]  hand-offs in flight PREFIX:{Q}:handed: the unread rows' notes are removed
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer (worker id)
 -- ARGV[3]  its registration member ("PAYLOADLIMIT WORKER")
@@ -21,6 +22,7 @@ if redis.call("EXISTS", KEYS[2]) == 1 then
       local f = {}
       for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
       local band = tonumber(f.b)
+      redis.call("ZREM", KEYS[4], ARGV[2] .. " " .. e[1])
       if band and f.e then
         out[#out + 1] = {band, f.e, f.i or "", tonumber(f.a) or 0}
       end

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -41,6 +42,8 @@ var (
 	requeueSrc string
 	//go:embed leave.lua
 	leaveSrc string
+	//go:embed rescue.lua
+	rescueSrc string
 
 	enqueueScript      = redis.NewScript(enqueueSrc)
 	claimScript        = redis.NewScript(claimSrc)
@@ -53,11 +56,12 @@ var (
 	cancelScript       = redis.NewScript(cancelSrc)
 	requeueScript      = redis.NewScript(requeueSrc)
 	leaveScript        = redis.NewScript(leaveSrc)
+	rescueScript       = redis.NewScript(rescueSrc)
 )
 
 var all = []*redis.Script{enqueueScript, claimScript, completeScript, touchScript,
 	schedClaimScript, schedEnqueueScript, lockRenewScript, lockReleaseScript,
-	cancelScript, requeueScript, leaveScript}
+	cancelScript, requeueScript, leaveScript, rescueScript}
 
 // Load loads every script into the script cache of c, so that pipelined EVALSHA
 // calls find them. Script.Run falls back to EVAL by itself; pipelines do not.
@@ -114,7 +118,7 @@ func enqueueKV(q keys.Queue, a EnqueueArgs) ([]string, []any) {
 	if a.Unique != "" {
 		ukey, uflag = q.Unique(a.Unique), "1"
 	}
-	return []string{q.Task(a.ID), q.Stream(a.Priority), q.Schedule(), ukey, q.Waiting(), q.Paused(), q.InboxPrefix()},
+	return []string{q.Task(a.ID), q.Stream(a.Priority), q.Schedule(), ukey, q.Waiting(), q.Paused(), q.InboxPrefix(), q.Handed()},
 		[]any{a.ID, q.Name, a.Function, a.Payload, a.Priority, a.MaxRetries, a.TimeoutMS,
 			a.NowMS, a.RunAtMS, uflag, keys.Group, a.Unique}
 }
@@ -242,7 +246,7 @@ type Left struct {
 // what was handed to it and not read. For a minute, claims that carry the same tag
 // (the same process) do not register it again.
 func Leave(ctx context.Context, c redis.Scripter, q keys.Queue, consumer, tag string, maxPayload int) ([]Left, error) {
-	v, err := leaveScript.Run(ctx, c, []string{q.Waiting(), q.Inbox(consumer), q.Left(consumer)},
+	v, err := leaveScript.Run(ctx, c, []string{q.Waiting(), q.Inbox(consumer), q.Left(consumer), q.Handed()},
 		keys.Group, consumer, WaitingMember(maxPayload, consumer), tag).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("leave %s: %w", q.Name, err)
@@ -254,6 +258,40 @@ func Leave(ctx context.Context, c redis.Scripter, q keys.Queue, consumer, tag st
 		}
 	}
 	return out, nil
+}
+
+// RescueAge is how long a hand-off may stay unread before the scheduler leader puts its
+// task back on the stream: a live worker blocked on its inbox reads it in milliseconds.
+const RescueAge = time.Second
+
+func rescueKV(q keys.Queue, nowMS, cutoffMS int64, limit int) ([]string, []any) {
+	ks := make([]string, 0, 13)
+	ks = append(ks, q.Handed(), q.TaskPrefix(), q.InboxPrefix())
+	ks = append(ks, q.Streams[:]...)
+	return ks, []any{keys.Group, nowMS, cutoffMS, limit}
+}
+
+// Rescue puts back on their streams the tasks of hand-offs made at or before cutoffMS
+// that their worker never read (rescue.lua), up to limit notes, and returns their ids.
+func Rescue(ctx context.Context, c redis.Scripter, q keys.Queue, nowMS, cutoffMS int64, limit int) ([]string, error) {
+	ks, args := rescueKV(q, nowMS, cutoffMS, limit)
+	return RescueResult(q, rescueScript.Run(ctx, c, ks, args...))
+}
+
+// RescueCmd queues a Rescue on a pipeline (EVALSHA: call Load first); decode its reply
+// with RescueResult.
+func RescueCmd(ctx context.Context, p redis.Pipeliner, q keys.Queue, nowMS, cutoffMS int64, limit int) *redis.Cmd {
+	ks, args := rescueKV(q, nowMS, cutoffMS, limit)
+	return rescueScript.EvalSha(ctx, p, ks, args...)
+}
+
+// RescueResult decodes the reply of a RescueCmd.
+func RescueResult(q keys.Queue, cmd *redis.Cmd) ([]string, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return nil, fmt.Errorf("rescue %s: %w", q.Name, err)
+	}
+	return strs(v), nil
 }
 
 // WaitingMember is a worker's member in a queue's waiting zset.
@@ -315,10 +353,10 @@ func claimKV(q keys.Queue, a ClaimArgs) ([]string, []any) {
 	if prev == "" {
 		prev = a.Call
 	}
-	ks := make([]string, 0, 18)
+	ks := make([]string, 0, 19)
 	ks = append(ks, q.Streams[:]...)
 	ks = append(ks, q.Paused(), q.TaskPrefix(), q.Dead(), q.Receipt(a.Call), q.Receipt(prev),
-		q.Waiting(), q.Inbox(a.Consumer), q.Left(a.Consumer))
+		q.Waiting(), q.Inbox(a.Consumer), q.Left(a.Consumer), q.Handed())
 	mode := "read"
 	if a.Reclaim {
 		mode = "reclaim"

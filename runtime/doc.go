@@ -80,10 +80,18 @@
 //     row to the inbox: the read returns it and the function starts. A registration serves
 //     once; a claim that starts anything ends it; drain ends it (leave.lua) before and
 //     after the loops stop, handing back any unread row, and leaves a marker for a minute
-//     so a claim of the draining process still in flight cannot register it again. The task's handback field holds
-//     the attempt until the worker's next claim says the row was received, so a worker
-//     SIGKILLed while registered costs at most one task per queue a wait of one
-//     visibility timeout, and no failed attempt. Delayed tasks, retries and requeues take
+//     so a claim of the draining process still in flight cannot register it again. Every
+//     inbox row is noted in the queue's handed zset until the worker's next claim says it
+//     was received. A worker SIGKILLed while registered leaves at most one task per queue
+//     handed to it and never read: the scheduler leader's pass (rescue.lua, pipelined with
+//     its scheduler claims) takes rows unread for a second from the dead worker's inbox
+//     with XREADGROUP, as the worker would — whichever reads first owns the row — and puts
+//     their tasks back on their streams at attempt 0 with a new entry (the old delivery
+//     acked and deleted): the function never started, so no failure is counted, and a
+//     peer starts it within about a scheduler interval (plus the lock TTL when the dead
+//     worker was the leader) instead of a visibility timeout. The task's handback field
+//     holds the attempt until that receipt too, so the visibility-timeout reclaim, should
+//     it come first, counts no failure either. Delayed tasks, retries and requeues take
 //     the ordinary path (the read wakes on the band, a claim follows). On a cluster the
 //     worker registers on the queue its block covers only. A worker serving several
 //     queues can get one hand-off from each at once, so it may briefly run up to one

@@ -23,6 +23,7 @@ const (
 	EventInvalidEntry      = "TASK_INVALID_ENTRY"
 	EventFenced            = "TASK_COMPLETION_FENCED"
 	EventHandedBack        = "TASK_HANDED_BACK"
+	EventHandoffRescued    = "TASK_HANDOFF_RESCUED"
 	EventLeaderAcquired    = "SCHEDULER_LEADER_ACQUIRED"
 	EventLeaderLost        = "SCHEDULER_LEADER_LOST"
 	EventScheduled         = "TASKS_SCHEDULED"

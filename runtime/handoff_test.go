@@ -66,17 +66,19 @@ func TestIdleWorkerTakesHandoffs(t *testing.T) {
 	}
 }
 
-// A worker SIGKILLed while it waits idle leaves one registration behind: the task
-// handed to it is reclaimed by a peer after the visibility timeout without counting as
-// a failure, so even a task allowed no retry runs.
-func TestKill9IdleWorkerHandoffReclaimed(t *testing.T) {
+// A worker SIGKILLed while it waits idle leaves one registration behind, and the next
+// task is handed to it. The scheduler leader puts that task back on its stream a second
+// later (rescue.lua): a peer runs it at attempt 1 with no failure counted, long before
+// the visibility timeout (a minute here) would have let anyone reclaim it.
+func TestKill9IdleWorkerHandoffRescued(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	q := keys.New(e.prefix).Queue("default")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1",
 		"DTQ_REDIS_URL="+e.srv.URL(), "DTQ_KEY_PREFIX="+e.prefix, "DTQ_WORKER_ID=idle-victim",
-		"DTQ_VISIBILITY_TIMEOUT_S=1", "DTQ_HEARTBEAT_INTERVAL_S=0.2", "PORT=0")
+		"DTQ_VISIBILITY_TIMEOUT_S=60", "DTQ_HEARTBEAT_INTERVAL_S=0.2",
+		"DTQ_SCHEDULER_INTERVAL_S=0.1", "DTQ_SCHEDULER_LOCK_TTL_MS=300", "PORT=0")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -93,11 +95,17 @@ func TestKill9IdleWorkerHandoffReclaimed(t *testing.T) {
 		t.Fatalf("task %+v, want handed to the dead worker", ti)
 	}
 	rec := newRecorder()
-	peer := startWorker(t, e.rdb, e.config(t, "DTQ_VISIBILITY_TIMEOUT_S", "1", "DTQ_HEARTBEAT_INTERVAL_S", "0.2"), function.Registry(), rec)
+	peer := startWorker(t, e.rdb, e.config(t, "DTQ_VISIBILITY_TIMEOUT_S", "60", "DTQ_HEARTBEAT_INTERVAL_S", "0.2",
+		"DTQ_SCHEDULER_INTERVAL_S", "0.1", "DTQ_SCHEDULER_LOCK_TTL_MS", "300"), function.Registry(), rec)
+	rec.wait(t, "the peer rescuing the task", is(runtime.EventHandoffRescued, id))
 	rec.wait(t, "the peer completing the task", is(runtime.EventTaskSucceeded, id))
 	ti := e.task(t, id)
-	if ti.Status != "succeeded" || ti.Attempt != 2 || ti.Worker != peer.w.ID() || ti.Failures != 0 {
-		t.Fatalf("task %+v: want succeeded by the peer at attempt 2, no failure counted", ti)
+	if ti.Status != "succeeded" || ti.Attempt != 1 || ti.Worker != peer.w.ID() || ti.Failures != 0 {
+		t.Fatalf("task %+v: want succeeded by the peer at attempt 1, no failure counted", ti)
+	}
+	want := `dtq_worker_handoffs_rescued_total{worker_id="` + peer.w.ID() + `"} 1`
+	if body := metricsOf(peer); !strings.Contains(body, want) {
+		t.Fatalf("metrics lack %q", want)
 	}
 }
 

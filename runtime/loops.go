@@ -98,12 +98,13 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 	p := w.rdb.Pipeline()
 	var renew *redis.Cmd
 	var acquire *redis.BoolCmd
-	var claims []*redis.Cmd
+	var claims, rescues []*redis.Cmd
 	var names *redis.StringSliceCmd
 	if wasLeader {
 		renew = lua.LockRenewCmd(ctx, p, lock, w.id, ttl)
 		for _, q := range qs {
 			claims = append(claims, lua.SchedClaimCmd(ctx, p, q, nowMS, schedBatch, nowMS-ttl))
+			rescues = append(rescues, lua.RescueCmd(ctx, p, q, nowMS, nowMS-lua.RescueAge.Milliseconds(), rescueBatch))
 		}
 		names = p.SMembers(ctx, w.ks.Queues())
 	} else {
@@ -150,6 +151,15 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 		}
 	}
 	for i, q := range qs {
+		if ids, err := lua.RescueResult(q, rescues[i]); err != nil {
+			return err
+		} else if len(ids) > 0 {
+			w.metrics.rescued.Add(float64(len(ids)))
+			w.log.Warn("scheduler: put back tasks handed to a worker that never read them", "queue", q.Name, "count", len(ids))
+			for _, id := range ids {
+				w.publish(Event{Type: EventHandoffRescued, Queue: q.Name, TaskID: id})
+			}
+		}
 		due, stale, _, err := lua.SchedClaimResult(q, claims[i])
 		if err != nil {
 			return err
@@ -209,6 +219,9 @@ func (w *Worker) enqueueClaimed(ctx context.Context, q keys.Queue, nowMS int64, 
 }
 
 const schedBatch = 1000
+
+// rescueBatch bounds the unread hand-offs one pass looks at per queue.
+const rescueBatch = 100
 
 // scheduleQueue claims and enqueues due tasks of q batch by batch until fewer than a
 // batch are due (bounded: a huge backlog is worked off over passes).

@@ -36,6 +36,7 @@ type metrics struct {
 	scheduled     prometheus.Counter
 	roundTrips    prometheus.Counter
 	handoffs      prometheus.Counter
+	rescued       prometheus.Counter
 
 	mu     sync.Mutex
 	byFunc map[string]*funcMetrics // cached label children: no per-task label hashing
@@ -81,10 +82,12 @@ func newMetrics(workerID string) *metrics {
 			Help: "Commands and pipelines sent to Redis (network round trips)."}),
 		handoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "dtq_worker_handoffs_total", ConstLabels: l,
 			Help: "Tasks an enqueue started for this worker while it waited idle (no claim round trip)."}),
+		rescued: prometheus.NewCounter(prometheus.CounterOpts{Name: "dtq_worker_handoffs_rescued_total", ConstLabels: l,
+			Help: "Tasks handed to a worker that never read them (it died waiting), put back on their stream by this worker as scheduler leader."}),
 		byFunc: map[string]*funcMetrics{},
 	}
 	reg.MustRegister(m.inflight, m.concurrency, m.leader, m.draining, m.tasks, m.duration, m.pickup,
-		m.loopRestarts, m.redisErrors, m.eventsDropped, m.scheduled, m.roundTrips, m.handoffs)
+		m.loopRestarts, m.redisErrors, m.eventsDropped, m.scheduled, m.roundTrips, m.handoffs, m.rescued)
 	return m
 }
 

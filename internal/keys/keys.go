@@ -151,6 +151,11 @@ func (q Queue) Receipt(call string) string { return q.base + "r:" + call }
 // task straight from the enqueue (member "MAXPAYLOAD WORKER", score: until when, ms).
 func (q Queue) Waiting() string { return q.base + "waiting" }
 
+// Handed is the zset of hand-offs not yet known to be received (member "WORKER ROWID",
+// the inbox row; score: when it was handed, ms). The scheduler leader rescues the ones a
+// dead worker never read (rescue.lua).
+func (q Queue) Handed() string { return q.base + "handed" }
+
 // Inbox is the stream on which the enqueue hands a waiting worker the task it started
 // for it; InboxPrefix()+worker == Inbox(worker).
 func (q Queue) Inbox(worker string) string { return q.base + "in:" + worker }
