@@ -70,6 +70,9 @@
 //     block only bounds idle round trips). What the blocking read delivers is claimed in the
 //     same claim.lua call that tops the batch up. On Redis Cluster, whose queues live on
 //     different slots, the block covers the first unpaused queue's bands, at most 500 ms.
+//     While a queue the worker serves is paused the block lasts at most a second: a
+//     paused queue is not read, so its resume would wake nobody, and the next claim sees
+//     the flag gone.
 //   - Hand-off: an idle worker's pickup costs no claim round trip. A claim in read mode
 //     that finds nothing registers the worker in the queue's waiting zset (member
 //     "PAYLOADLIMIT WORKER", score: the end of the coming block + 1 s), and the blocking

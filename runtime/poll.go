@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,6 +96,12 @@ func (w *Worker) fetch(ctx context.Context, calls *calls, capacity int64, paused
 	return got, nil
 }
 
+// pausedRecheck bounds the idle block while a queue the worker serves is paused: the
+// claim reads the pause flag, so a resume takes effect within this time (at the cost of
+// a claim and a read a second while the pause lasts, instead of one read per
+// DTQ_POLL_BLOCK_MS).
+const pausedRecheck = time.Second
+
 // registrationSlack is how long a hand-off registration outlives the blocking read it
 // was made for: the time to the next claim, which renews it.
 const registrationSlack = time.Second
@@ -131,11 +138,16 @@ func (w *Worker) block(ctx context.Context, calls *calls, capacity int64, paused
 		}
 		streams = append(streams, q.Inbox(w.id))
 	}
+	d := w.blockFor()
+	if slices.Contains(paused, true) {
+		// a paused queue is not read, so its resume wakes nothing: look again soon
+		d = min(d, pausedRecheck)
+	}
 	if len(streams) == 0 {
-		sleepCtx(ctx, w.blockFor())
+		sleepCtx(ctx, d)
 		return nil
 	}
-	xs, err := w.blocker.read(ctx, w.id, streams, w.blockFor())
+	xs, err := w.blocker.read(ctx, w.id, streams, d)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

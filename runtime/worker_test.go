@@ -243,6 +243,25 @@ func TestPauseAndResume(t *testing.T) {
 	rec.wait(t, "task after resume", is(runtime.EventTaskSucceeded, held))
 }
 
+// A resume takes effect within a second even when the idle block is long: the worker
+// does not read a paused queue, so nothing wakes it but its own recheck.
+func TestResumeSeenDespiteLongBlock(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	rec := newRecorder()
+	if err := e.c.Pause(e.ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, e.rdb, e.config(t, "DTQ_QUEUES", "default,other", "DTQ_POLL_BLOCK_MS", "60000"), nil, rec)
+	held := e.enqueue(t, client.Task{Function: "noop"})
+	other := e.enqueue(t, client.Task{Queue: "other", Function: "noop"})
+	rec.wait(t, "the other queue's task", is(runtime.EventTaskSucceeded, other))
+	if err := e.c.Resume(e.ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	rec.wait(t, "the task after the resume, without waiting out the minute-long block", is(runtime.EventTaskSucceeded, held))
+}
+
 func TestDrainFinishesInflightWork(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
