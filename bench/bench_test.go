@@ -94,6 +94,21 @@ func TestModesAtSmallSize(t *testing.T) {
 		t.Fatalf("ceiling: %v %v", r, err)
 	}
 
+	t.Log("scripts")
+	o.n = 500
+	r, err = runScripts(ctx, e, o)
+	if err != nil || r["lost"] != 0 {
+		t.Fatalf("scripts: %v %v", r, err)
+	}
+	for _, f := range []string{"enqueue_redis_us", "claim_redis_us", "complete_redis_us"} {
+		if v, ok := r[f].(float64); !ok || v <= 0 {
+			t.Fatalf("scripts: %s = %v, want Redis time measured", f, r[f])
+		}
+	}
+	if _, ok := r["claim_redis_instr"]; ok {
+		t.Fatalf("scripts counted instructions without --callgrind: %v", r)
+	}
+
 	t.Log("scaler")
 	o.reps = 40
 	r, err = runScaler(ctx, e, o)

@@ -8,6 +8,7 @@
 //	go run ./bench drain      [--reps 5]
 //	go run ./bench ceiling    [--n 50000]
 //	go run ./bench scaler     [--reps 2000]
+//	go run ./bench scripts    [--n 3200] [--callgrind]
 //	go run ./bench peer       [--runs 5]     dtq and asynq alternating on the same Redis
 //	go run ./bench chaos      [--duration 2m]
 //
@@ -41,6 +42,7 @@ type options struct {
 	duration    time.Duration
 	idle        time.Duration
 	verbose     bool
+	callgrind   bool
 }
 
 // result is one measured figure set: the JSON object of one run.
@@ -60,6 +62,7 @@ func modes() []mode {
 		{"drain", "SIGTERM → exit idle and busy; SIGKILL → task finished by a peer", runDrain},
 		{"ceiling", "the design's Redis-bound ceiling: the same scripts per task, no worker", runCeiling},
 		{"scaler", "GetMetrics over 10 queues × 10 bands; XADD → StreamIsActive push", runScaler},
+		{"scripts", "Redis time (and with --callgrind instructions) per task in enqueue, claim and complete, no worker", runScripts},
 		{"chaos", "workers killed, stopped, frozen under load; the ledger counts lost and duplicates", runChaos},
 	}
 }
@@ -85,6 +88,7 @@ func main() {
 	fs.DurationVar(&o.duration, "duration", 2*time.Minute, "how long chaos injects faults")
 	fs.DurationVar(&o.idle, "idle", 5*time.Second, "how long latency measures the idle worker's Redis traffic")
 	fs.BoolVar(&o.verbose, "v", false, "log what the run does to stderr")
+	fs.BoolVar(&o.callgrind, "callgrind", false, "scripts: Redis runs under valgrind --tool=callgrind; count its instructions per phase")
 	_ = fs.Parse(os.Args[2:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected argument %q\n", fs.Arg(0))
@@ -153,7 +157,9 @@ var figures = map[string][]string{
 	"drain":      {"sigterm_idle_exit_median_ms", "sigterm_busy_exit_median_ms", "busy_tasks_lost", "sigkill_recovery_median_ms"},
 	"ceiling":    {"ceiling_per_s", "redis_cmds_per_task", "redis_cpu_us_per_task"},
 	"scaler":     {"getmetrics_p50_ms", "getmetrics_p99_ms", "push_p50_ms", "push_p99_ms", "push_max_ms", "push_enqueue_p99_ms"},
-	"chaos":      {"tasks", "kills", "stops", "freezes", "lost", "duplicate_starts", "reexecutions", "unexplained_reexecutions", "quiesce_s"},
+	// per task; instr: instructions Redis executed (--callgrind)
+	"scripts": {"enqueue_redis_us", "claim_redis_us", "complete_redis_us", "enqueue_redis_instr", "claim_redis_instr", "complete_redis_instr", "lost"},
+	"chaos":   {"tasks", "kills", "stops", "freezes", "lost", "duplicate_starts", "reexecutions", "unexplained_reexecutions", "quiesce_s"},
 }
 
 // lowerIsBetter marks figures where the peer's value divided by ours is the speed-up.
