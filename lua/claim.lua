@@ -101,6 +101,8 @@ end
 
 -- small counts as strings: a Lua number passed to redis.call is formatted with snprintf
 local digits = {"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16"}
+-- and the other way: the usual counts without tonumber (strtod)
+local small = {["0"] = 0, ["1"] = 1, ["2"] = 2, ["3"] = 3}
 
 local statuses = {queued = true, running = true, scheduled = true, retrying = true,
   succeeded = true, dead = true, cancelled = true}
@@ -147,7 +149,7 @@ local function take(band, eid, fields, reclaiming)
   if not id or id == "" then
     return reject(stream, band, eid, fields, "malformed entry: no task field")
   end
-  local an = count(a)
+  local an = small[a] or count(a)
   if not an then
     return reject(stream, band, eid, fields, "malformed entry: attempt " .. tostring(a) .. " is not a count")
   end
@@ -156,7 +158,8 @@ local function take(band, eid, fields, reclaiming)
   end
   local h = prefix .. id
   -- in the order enqueue.lua writes them: listpack lookups scan from the front
-  local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry", "handback", "function",
+  -- (handback, read on a reclaim only, is left out: every field asked for costs a scan)
+  local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry", "function",
     "payload", "timeout_ms", "max_retries", "failures", "unique", "created_at")
   if not ok then
     return reject(stream, band, eid, fields, "task record " .. id .. " is not a hash")
@@ -170,14 +173,16 @@ local function take(band, eid, fields, reclaiming)
   end
   local attempt = 0
   if t[2] then
-    attempt = count(t[2])
+    attempt = small[t[2]] or count(t[2])
     if not attempt then
       return corrupt(stream, band, eid, id, h, "attempt " .. quote(t[2]) .. " is not a count")
     end
   end
-  local failures = tonumber(t[9]) or 0
-  if failures ~= failures or failures == math.huge or failures == -math.huge then failures = 0 end
-  local maxr = tonumber(t[8]) or 0
+  local failures = small[t[8]]
+  if not failures then
+    failures = tonumber(t[8]) or 0
+    if failures ~= failures or failures == math.huge or failures == -math.huge then failures = 0 end
+  end
   local reclaimed = 0
   if status == "queued" and an >= attempt then
     attempt = an + 1
@@ -185,7 +190,7 @@ local function take(band, eid, fields, reclaiming)
     -- The worker running this entry went silent past the visibility timeout. A hand-back
     -- at drain (handback == attempt) is not the task's fault; a silent death counts as a
     -- failure (the caller kills the task instead of running it when none are left).
-    if t[4] ~= tostring(attempt) then
+    if redis.call("HGET", h, "handback") ~= tostring(attempt) then
       failures = failures + 1
       redis.call("HSET", h, "failures", failures)
     end
@@ -203,7 +208,7 @@ local function take(band, eid, fields, reclaiming)
     absorbed[#absorbed + 1] = {eid, band, id, status}
     return
   end
-  local payload = t[6] or ""
+  local payload = t[5] or ""
   if #payload > maxpayload then
     redis.call("HSET", h, "attempt", attempt, "worker", consumer, "entry", eid)
     return kill(stream, band, eid, id, h, "payload is " .. #payload .. " bytes, over the limit of " .. maxpayload)
@@ -216,8 +221,8 @@ local function take(band, eid, fields, reclaiming)
     redis.call("HSET", h, "status", "running", "attempt", digits[attempt] or attempt, "worker", consumer,
       "started_at", now, "entry", eid)
   end
-  started[#started + 1] = {eid, band, id, attempt, t[5] or "", payload, t[7] or "0",
-    t[8] or "0", failures, t[10] or "", t[11] or "0", reclaimed}
+  started[#started + 1] = {eid, band, id, attempt, t[4] or "", payload, t[6] or "0",
+    t[7] or "0", failures, t[9] or "", t[10] or "0", reclaimed}
 end
 
 local function delivered(band, eid)

@@ -364,27 +364,53 @@ func TestRescueLeavesReadHandoffs(t *testing.T) {
 }
 
 // A "d" row (an older entry delivered to the waiting worker) that the worker never read
-// puts that entry's task back too.
+// puts that entry's task back too, as it was: here a retry, whose attempt and failures
+// stand, so its next start is attempt 2 (not a second attempt 1).
 func TestRescueOfUnreadDeliveredRow(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "old", Priority: 1})
-	old := f.field(t, "old", "entry")
+	f.enqueue(t, lua.EnqueueArgs{ID: "old", Priority: 1, MaxRetries: 3})
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w0", Want: 1})
+	if len(r.Started) != 1 {
+		t.Fatalf("claim = %+v", r)
+	}
+	s := r.Started[0]
+	if _, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 60_000, []lua.Completion{{ID: "old", Entry: s.Entry, Band: 1,
+		Attempt: 1, Outcome: lua.Retry, Text: "boom", RetryMS: f.now}}); err != nil {
+		t.Fatal(err)
+	}
+	due, _, _, err := lua.SchedClaim(f.ctx, f.rdb, f.q, f.now, 10, f.now-60_000)
+	if err != nil || len(due) != 1 {
+		t.Fatalf("scheduler claim = %v, %v", due, err)
+	}
+	if _, _, err := lua.SchedEnqueue(f.ctx, f.rdb, f.q, f.now, due); err != nil {
+		t.Fatal(err)
+	}
+	retry := f.field(t, "old", "entry")
 	f.rdb.XGroupCreateMkStream(f.ctx, f.q.Inbox("w1"), keys.Group, "0")
 	f.rdb.ZAdd(f.ctx, f.q.Waiting(), redis.Z{Score: float64(f.now + 60_000), Member: lua.WaitingMember(1<<20, "w1")})
 	f.enqueue(t, lua.EnqueueArgs{ID: "new", Priority: 1})
 	if p := f.pending(t, 1); p != 1 {
-		t.Fatalf("pending = %d, want the old entry delivered to w1", p)
+		t.Fatalf("pending = %d, want the retry's entry delivered to w1", p)
 	}
 	ids, err := lua.Rescue(f.ctx, f.rdb, f.q, f.now, f.now, 100)
 	if err != nil || len(ids) != 1 || ids[0] != "old" {
 		t.Fatalf("rescue = %v, %v; want old", ids, err)
 	}
-	if e := f.field(t, "old", "entry"); e == old || f.field(t, "old", "status") != "queued" || f.pending(t, 1) != 0 {
-		t.Fatalf("old task entry %q status %q pending %d, want a new entry, queued, nothing pending", e, f.field(t, "old", "status"), f.pending(t, 1))
+	for field, want := range map[string]string{"status": "queued", "attempt": "1", "failures": "1"} {
+		if got := f.field(t, "old", field); got != want {
+			t.Fatalf("%s = %q after the rescue, want %q", field, got, want)
+		}
 	}
-	r := f.claim(t, lua.ClaimArgs{Consumer: "w2", Want: 4})
-	if len(r.Started) != 2 {
-		t.Fatalf("claim = %+v, want both tasks started", r)
+	if e := f.field(t, "old", "entry"); e == retry || f.pending(t, 1) != 0 {
+		t.Fatalf("entry %q (was %q), pending %d: want a new entry, nothing pending", e, retry, f.pending(t, 1))
+	}
+	r = f.claim(t, lua.ClaimArgs{Consumer: "w2", Want: 4})
+	attempts := map[string]int64{}
+	for _, s := range r.Started {
+		attempts[s.ID] = s.Attempt
+	}
+	if len(r.Started) != 2 || attempts["old"] != 2 || attempts["new"] != 1 {
+		t.Fatalf("claim = %+v, want old at attempt 2 and new at attempt 1", r.Started)
 	}
 }

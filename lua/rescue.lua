@@ -13,7 +13,8 @@
 -- that was rescued, nor is a task it read rescued. The function never started: the task
 -- goes back to queued at attempt 0 with a new entry (the old one is acked and deleted),
 -- no failure counted, and any worker picks it up as a fresh delivery. A "d" row (an
--- older entry delivered to the worker) puts that entry's task back the same way.
+-- older entry delivered to the worker, often a retry's) gets a new entry in place of
+-- that one, at the same attempt: the task was queued, and stays as it was.
 --
 -- KEYS[1]  hand-offs in flight  PREFIX:{Q}:handed (member "WORKER ROWID", score ms)
 -- KEYS[2]  task key prefix      PREFIX:{Q}:t:
@@ -29,15 +30,14 @@ local group, now = ARGV[1], ARGV[2]
 local notes = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", ARGV[3], "LIMIT", 0, tonumber(ARGV[4]))
 local out = {}
 
--- requeue: the task's delivery eid on band goes; a new entry at attempt 0 takes its place
-local function requeue(band, eid, id, h)
+-- requeue: the delivery eid of task id on band goes (acked, deleted) and a new entry at
+-- attempt ea takes its place
+local function requeue(band, eid, id, ea)
   local stream = KEYS[4 + band]
   redis.call("XACK", stream, group, eid)
   redis.call("XDEL", stream, eid)
-  local new = redis.call("XADD", stream, "*", "task", id, "attempt", "0")
-  redis.call("HSET", h, "status", "queued", "attempt", "0", "entry", new, "worker", "",
-    "started_at", "", "handback", "", "queued_at", now)
   out[#out + 1] = id
+  return redis.call("XADD", stream, "*", "task", id, "attempt", ea)
 end
 
 local function rescue(worker, f)
@@ -50,22 +50,28 @@ local function rescue(worker, f)
     local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry", "worker", "handback")
     -- only while the task is still the hand-off's: running from that entry for that worker
     if ok and t[1] == "running" and t[2] == f.a and t[3] == f.e and t[4] == worker and t[5] == f.a then
-      requeue(band, f.e, f.i, h)
+      -- started for the worker and never run: undone, back to attempt 0
+      local new = requeue(band, f.e, f.i, "0")
+      redis.call("HSET", h, "status", "queued", "attempt", "0", "entry", new, "worker", "",
+        "started_at", "", "handback", "", "queued_at", now)
     end
   elseif f.d then
     local r = redis.call("XRANGE", KEYS[4 + band], f.e, f.e)[1]
     if not r then return end
-    local id
+    local id, ea
     for i = 1, #r[2], 2 do
-      if r[2][i] == "task" then id = r[2][i + 1] end
+      if r[2][i] == "task" then id = r[2][i + 1] elseif r[2][i] == "attempt" then ea = r[2][i + 1] end
     end
     if not id or id == "" or string.find(id, "{", 1, true) or string.find(id, "}", 1, true) then
       return -- a malformed entry: the claim that reclaims it deals with it
     end
     local h = KEYS[2] .. id
     local ok, t = pcall(redis.call, "HMGET", h, "status", "entry")
-    if ok and t[1] == "queued" and t[2] == f.e then
-      requeue(band, f.e, id, h)
+    if ok and t[1] == "queued" and t[2] == f.e and ea then
+      -- delivered, never started: the same delivery again (often a retry: its attempt
+      -- and failures stand)
+      local new = requeue(band, f.e, id, ea)
+      redis.call("HSET", h, "entry", new, "queued_at", now)
     end
   end
 end
