@@ -239,9 +239,18 @@ func (h *harness) freeze(ctx context.Context, n int) error {
 	h.sup.freeze(p)
 	h.say("SIGSTOP %s while it runs %s attempt %d", p.id, id, attempt)
 	limit := 3*o.VisibilityTimeout + 20*time.Second
+	// Taken over: a later attempt, or — when the probe had been handed to the worker
+	// and it froze before reading it — the leader's rescue put it back and a peer
+	// started it afresh (attempt 1 again, another worker).
 	reclaimed := waitFor(ctx, limit, func() bool {
-		a, err := h.rdb.HGet(ctx, key, "attempt").Int64()
-		return err == nil && a > attempt
+		v, err := h.rdb.HMGet(ctx, key, "attempt", "worker").Result()
+		if err != nil || len(v) != 2 {
+			return false
+		}
+		as, _ := v[0].(string)
+		w, _ := v[1].(string)
+		a, _ := strconv.ParseInt(as, 10, 64)
+		return a > attempt || (a == attempt && w != "" && w != p.id)
 	})
 	h.sup.thaw(p)
 	end := time.Now()
