@@ -207,8 +207,9 @@ func TestLeaveReturnsUnreadHandoffs(t *testing.T) {
 		left[0].Entry != f.field(t, "l1", "entry") {
 		t.Fatalf("leave = %+v, %v", left, err)
 	}
-	if f.rdb.Exists(f.ctx, f.q.Inbox("w1")).Val() != 0 || f.rdb.ZCard(f.ctx, f.q.Waiting()).Val() != 0 {
-		t.Fatal("inbox or registration left behind")
+	if f.rdb.Exists(f.ctx, f.q.Inbox("w1")).Val() != 0 || f.rdb.ZCard(f.ctx, f.q.Waiting()).Val() != 0 ||
+		f.rdb.ZCard(f.ctx, f.q.Handed()).Val() != 0 {
+		t.Fatal("inbox, registration or hand-off note left behind")
 	}
 	// a claim of the leaving process still in flight does not register it again
 	f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1, Tag: "proc1", RegisterUntilMS: f.now + 60_000})
