@@ -45,9 +45,9 @@
 -- then n pairs: band, entry id
 --
 -- Hand-offs (see enqueue.lua). The caller's inbox rows it names were received: they are
--- deleted, their tasks' handback marks cleared and their notes in KEYS[19] removed. Rows it has not read yet (it was busy
--- and did not block) are read here and returned among the started, still-current ones
--- only; "d" rows name an entry delivered to it, taken here as a delivered one. In read
+-- deleted, their tasks' handback marks cleared and their notes in KEYS[19] removed. Rows
+-- it has not read yet (it was busy and did not block) are read here and returned among
+-- the started, still-current ones only; "d" rows name an entry delivered to it, taken here as a delivered one. In read
 -- mode a call that starts a task ends the caller's registration; one that finds nothing
 -- registers it (member "PAYLOADLIMIT WORKER"), creating the inbox and its group.
 --

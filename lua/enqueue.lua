@@ -34,8 +34,9 @@
 -- paused or the payload is over the worker's limit (the claim kills such a task). The
 -- task's handback field is set to the attempt until the worker's next claim says it
 -- got the row: a worker that died holding an unread hand-off did not fail the task.
--- When the read delivers an older entry instead (one left undelivered while the queue
--- was paused), the inbox says so ("d"), and the worker claims that entry itself.
+-- When the read delivers an older entry instead (one still undelivered: a retry put back
+-- while every worker was busy, or one left while the queue was paused), the inbox says
+-- so ("d"), and the worker claims that entry itself.
 -- Every inbox row is noted in KEYS[8] ("WORKER ROWID", scored by now) until the worker's
 -- next claim says it got it; the scheduler leader puts back on the stream the tasks of
 -- rows a dead worker never read (rescue.lua).

@@ -23,6 +23,18 @@ func (f *fixture) wait(t *testing.T, consumer string, maxPayload int) {
 	}
 }
 
+// register registers consumer for a hand-off directly, without the claim that would
+// first have taken what its queue holds undelivered.
+func (f *fixture) register(t *testing.T, consumer string) {
+	t.Helper()
+	if err := f.rdb.XGroupCreateMkStream(f.ctx, f.q.Inbox(consumer), keys.Group, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.ZAdd(f.ctx, f.q.Waiting(), redis.Z{Score: float64(f.now + 60_000), Member: lua.WaitingMember(1<<20, consumer)}).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // inbox reads consumer's inbox as its blocking read does.
 func (f *fixture) inbox(t *testing.T, consumer string) []lua.Handoff {
 	t.Helper()
@@ -176,8 +188,7 @@ func TestHandoffOfAnOlderEntry(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.enqueue(t, lua.EnqueueArgs{ID: "old"})
-	f.rdb.XGroupCreateMkStream(f.ctx, f.q.Inbox("w1"), keys.Group, "0")
-	f.rdb.ZAdd(f.ctx, f.q.Waiting(), redis.Z{Score: float64(f.now + 60_000), Member: lua.WaitingMember(1<<20, "w1")})
+	f.register(t, "w1")
 	f.enqueue(t, lua.EnqueueArgs{ID: "new"})
 	if st := f.field(t, "new", "status"); st != "queued" {
 		t.Fatalf("new task status = %q, want queued", st)
@@ -388,8 +399,7 @@ func TestRescueOfUnreadDeliveredRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	retry := f.field(t, "old", "entry")
-	f.rdb.XGroupCreateMkStream(f.ctx, f.q.Inbox("w1"), keys.Group, "0")
-	f.rdb.ZAdd(f.ctx, f.q.Waiting(), redis.Z{Score: float64(f.now + 60_000), Member: lua.WaitingMember(1<<20, "w1")})
+	f.register(t, "w1")
 	f.enqueue(t, lua.EnqueueArgs{ID: "new", Priority: 1})
 	if p := f.pending(t, 1); p != 1 {
 		t.Fatalf("pending = %d, want the retry's entry delivered to w1", p)
