@@ -51,9 +51,11 @@
 -- mode a call that starts a task ends the caller's registration; one that finds nothing
 -- registers it (member "PAYLOADLIMIT WORKER"), creating the inbox and its group.
 --
--- A call resent after its reply was lost (a dropped connection; go-redis resends) finds
--- its receipt and gets the same reply: nothing it claimed is stranded. Receipts live 60 s
--- at most; the caller's next call on the queue deletes the previous one.
+-- A call resent after its reply was lost (a dropped connection; go-redis resends, or the
+-- worker's next call reuses the unanswered call's name) finds its receipt and gets the
+-- same reply, less the starts that are no longer current: nothing it claimed is stranded,
+-- and nothing reclaimed meanwhile runs twice. Receipts live 60 s at most; the caller's
+-- next call on the queue deletes the previous one.
 --
 -- returns {started, absorbed, invalid, paused}
 --   started:  list of {entry, band, id, attempt, function, payload, timeout_ms,
@@ -70,7 +72,22 @@ local prefix, deadkey = KEYS[12], KEYS[13]
 
 local receipt = redis.call("GET", KEYS[14])
 if receipt then
-  return cmsgpack.unpack(receipt)
+  -- A replay can come long after the call ran: the reply was lost, and the worker resends
+  -- the call by name once Redis answers again. A task started then may have been
+  -- reclaimed since (its entry went idle past the visibility timeout): replay only the
+  -- starts still current, and restart their entries' idle clocks, so no reaper takes
+  -- them before this worker's next heartbeat does.
+  local out = cmsgpack.unpack(receipt)
+  local live = {}
+  for _, s in ipairs(out[1]) do
+    local ok, t = pcall(redis.call, "HMGET", prefix .. s[3], "status", "attempt", "entry", "worker")
+    if ok and t[1] == "running" and t[2] == tostring(s[4]) and t[3] == s[1] and t[4] == consumer then
+      redis.call("XCLAIM", KEYS[s[2] + 1], group, consumer, 0, s[1], "JUSTID")
+      live[#live + 1] = s
+    end
+  end
+  out[1] = live
+  return out
 end
 if KEYS[15] ~= KEYS[14] then
   redis.call("DEL", KEYS[15])

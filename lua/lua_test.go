@@ -589,6 +589,38 @@ func TestResentClaimGetsTheSameReply(t *testing.T) {
 	}
 }
 
+// A claim whose reply was lost and that is resent only after its task was reclaimed (its
+// entry idle past the visibility timeout) does not replay that start: the stale attempt
+// would run a second time beside the reclaimer's. A start still current is replayed,
+// and its entry's idle clock restarts so that no reaper takes it before a heartbeat.
+func TestLateResentClaimDropsReclaimedStarts(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "gone", MaxRetries: 3})
+	f.enqueue(t, lua.EnqueueArgs{ID: "kept", MaxRetries: 3})
+	first := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 2, Call: "w.1"})
+	if len(first.Started) != 2 {
+		t.Fatalf("claim = %+v", first)
+	}
+	idleAll(t, f, 0, "w", 60_000)
+	// a peer's reaper takes one of them (the other is still within its reach, but the
+	// peer asks for one entry only)
+	r := f.claim(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 1, MinIdleMS: 30_000, Call: "peer.1"})
+	if len(r.Started) != 1 || r.Started[0].Attempt != 2 {
+		t.Fatalf("reclaim = %+v", r)
+	}
+	taken := r.Started[0].ID
+	again := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 2, Call: "w.1"})
+	if len(again.Started) != 1 || again.Started[0].ID == taken || again.Started[0].Attempt != 1 {
+		t.Fatalf("late resend = %+v, want only the start %s did not lose", again.Started, taken)
+	}
+	ps, err := f.rdb.XPendingExt(f.ctx, &redis.XPendingExtArgs{Stream: f.q.Stream(0), Group: keys.Group,
+		Start: again.Started[0].Entry, End: again.Started[0].Entry, Count: 1}).Result()
+	if err != nil || len(ps) != 1 || ps[0].Consumer != "w" || ps[0].Idle >= 30*time.Second {
+		t.Fatalf("replayed entry pending = %+v, %v; want it w's with its idle clock restarted", ps, err)
+	}
+}
+
 // complete.lua orders stream ids as numbers, not text: "7-11" comes after "7-8" and
 // "30-0" after "7-9". Entries are added with explicit ids across those boundaries; a
 // text comparison would leave finished entries behind or trim undelivered ones, and

@@ -115,7 +115,11 @@
 //     first run started would sit pending until the visibility timeout. A call that got
 //     no reply at all (go-redis gave up, the loop failed and restarted) is sent again
 //     under the same name as the loop's next call on that queue, so its receipt answers
-//     if it ran. Each loop's next call on a queue deletes the previous receipt.
+//     if it ran. Each loop's next call on a queue deletes the previous receipt. A replay
+//     returns only the starts still current (the task running that attempt from that
+//     entry for this worker) and restarts their entries' idle clocks: a resend that came
+//     after a reaper reclaimed one of them would otherwise run the old attempt beside the
+//     new one.
 //   - A reclaim after a silent death counts as a failed attempt, so a task that kills its
 //     worker every time ends dead instead of looping; a hand-back at drain does not count.
 //   - Drain: at the deadline, running functions are cancelled and their entries handed
