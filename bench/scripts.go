@@ -87,10 +87,7 @@ func runScripts(ctx context.Context, e *benchEnv, o options) (result, error) {
 			if len(res.Started) == 0 {
 				return fmt.Errorf("claim started nothing after %d of %d tasks", got, n)
 			}
-			items := make([]lua.Completion, len(res.Started))
-			for i, s := range res.Started {
-				items[i] = lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded}
-			}
+			items := succeeded(res.Started)
 			held = append(held, items)
 			got += len(items)
 		}
