@@ -157,18 +157,23 @@ type Result struct {
 	Err     error
 }
 
-// EnqueueMany creates many tasks in one pipelined round trip (each still one atomic
-// script). Results are in the order of ts.
+// EnqueueMany creates many tasks in one pipelined round trip. Tasks of one queue go
+// in batches, one script call each (at most lua.EnqueueBatch tasks or
+// lua.EnqueueBatchBytes of payload), created in order and each atomically as by Enqueue.
+// Results are in the order of ts. A batch whose call fails reports that error for each
+// of its tasks (the ones before the failure may exist).
 func (c *Client) EnqueueMany(ctx context.Context, ts []Task) ([]Result, error) {
 	out := make([]Result, len(ts))
 	now := c.now()
-	type pending struct {
-		i   int
-		q   keys.Queue
-		a   lua.EnqueueArgs
-		cmd *redis.Cmd
+	type batch struct {
+		q     keys.Queue
+		idx   []int // positions in ts
+		args  []lua.EnqueueArgs
+		bytes int
+		cmd   *redis.Cmd
 	}
-	var ps []pending
+	var bs []*batch
+	open := map[string]*batch{} // the batch of each queue that takes more tasks
 	for i := range ts {
 		if err := c.validate(&ts[i]); err != nil {
 			out[i].Err = err
@@ -177,25 +182,40 @@ func (c *Client) EnqueueMany(ctx context.Context, ts []Task) ([]Result, error) {
 		if err := c.register(ctx, ts[i].Queue); err != nil {
 			return nil, err
 		}
-		ps = append(ps, pending{i: i, q: c.ks.Queue(ts[i].Queue), a: c.args(&ts[i], now)})
+		b := open[ts[i].Queue]
+		size := len(ts[i].Payload)
+		if b == nil || len(b.args) == lua.EnqueueBatch || (len(b.args) > 0 && b.bytes+size > lua.EnqueueBatchBytes) {
+			b = &batch{q: c.ks.Queue(ts[i].Queue)}
+			open[ts[i].Queue] = b
+			bs = append(bs, b)
+		}
+		b.idx = append(b.idx, i)
+		b.args = append(b.args, c.args(&ts[i], now))
+		b.bytes += size
 	}
-	for attempt := 0; attempt < 2 && len(ps) > 0; attempt++ {
+	for attempt := 0; attempt < 2 && len(bs) > 0; attempt++ {
 		p := c.rdb.Pipeline()
-		for j := range ps {
-			ps[j].cmd = lua.EnqueueCmd(ctx, p, ps[j].q, ps[j].a)
+		for _, b := range bs {
+			b.cmd = lua.EnqueueCmd(ctx, p, b.q, now.UnixMilli(), b.args)
 		}
 		_, _ = p.Exec(ctx)
-		var again []pending
-		for _, x := range ps {
-			if lua.IsNoScript(x.cmd.Err()) && attempt == 0 {
-				again = append(again, x)
+		var again []*batch
+		for _, b := range bs {
+			if lua.IsNoScript(b.cmd.Err()) && attempt == 0 {
+				again = append(again, b)
 				continue
 			}
-			id, created, err := lua.EnqueueResult(x.cmd)
-			out[x.i] = Result{ID: id, Created: created, Err: err}
+			rs, err := lua.EnqueueResults(b.cmd, len(b.idx))
+			for j, i := range b.idx {
+				if err != nil {
+					out[i].Err = err
+					continue
+				}
+				out[i] = Result{ID: rs[j].ID, Created: rs[j].Created, Err: rs[j].Err}
+			}
 		}
-		ps = again
-		if len(ps) > 0 {
+		bs = again
+		if len(bs) > 0 {
 			if err := lua.Load(ctx, c.rdb); err != nil {
 				return nil, err
 			}

@@ -3,12 +3,17 @@ package client_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dtq/dtq/client"
+	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/redistest"
+	"github.com/dtq/dtq/lua"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -111,5 +116,120 @@ func TestEnqueueManyAndInspect(t *testing.T) {
 	names, err := c.Queues(ctx)
 	if err != nil || len(names) != 1 || names[0] != "q" {
 		t.Fatalf("queues = %v, %v", names, err)
+	}
+}
+
+// evalshaCalls is the number of EVALSHA calls srv has run.
+func evalshaCalls(t *testing.T, ctx context.Context, srv *redis.Client) int {
+	t.Helper()
+	s, err := srv.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(s, "\r\n") {
+		if rest, ok := strings.CutPrefix(l, "cmdstat_evalsha:calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
+}
+
+// EnqueueMany sends the tasks of a queue in batches of lua.EnqueueBatch tasks or
+// lua.EnqueueBatchBytes of payload, one script call each, and reports each task as
+// enqueued one by one would.
+func TestEnqueueManyBatches(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{}) // its own: the test counts script calls
+	rdb := srv.Client(t)
+	c := client.New(rdb, client.Options{Prefix: redistest.Prefix(t)})
+	ctx := context.Background()
+	if _, _, err := c.Enqueue(ctx, client.Task{Queue: "warm", Function: "noop"}); err != nil {
+		t.Fatal(err) // loads the scripts and registers nothing of a and b
+	}
+	var ts []client.Task
+	for i := range 250 {
+		q := "a"
+		if i%2 == 1 {
+			q = "b"
+		}
+		ts = append(ts, client.Task{Queue: q, Function: "f" + strconv.Itoa(i), Payload: []byte(strconv.Itoa(i)), Priority: i % 10})
+	}
+	ts[10].Unique, ts[12].Unique = "same", "same" // both in a: the second gets the first's id
+	ts[20].ID, ts[22].ID = "dup", "dup"           // both in a: the second is refused
+	ts[40].Delay = time.Hour
+	before := evalshaCalls(t, ctx, rdb)
+	res, err := c.EnqueueMany(ctx, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a: 125 tasks, b: 125 → two calls each
+	if n := evalshaCalls(t, ctx, rdb) - before; n != 4 {
+		t.Fatalf("%d script calls for 2 queues of 125 tasks, want 4 (batches of %d)", n, lua.EnqueueBatch)
+	}
+	for i, r := range res {
+		switch i {
+		case 12:
+			if r.Created || r.ID != res[10].ID || r.Err != nil {
+				t.Fatalf("task 12 (unique key of 10) = %+v", r)
+			}
+			continue
+		case 22:
+			if !errors.Is(r.Err, lua.ErrTaskExists) {
+				t.Fatalf("task 22 (id of 20) = %+v, want ErrTaskExists", r)
+			}
+			continue
+		}
+		if r.Err != nil || !r.Created {
+			t.Fatalf("task %d = %+v", i, r)
+		}
+		ti, err := c.Get(ctx, ts[i].Queue, r.ID)
+		if err != nil || ti.Function != ts[i].Function || string(ti.Payload) != strconv.Itoa(i) || ti.Priority != i%10 {
+			t.Fatalf("task %d stored as %+v, %v", i, ti, err)
+		}
+	}
+	for q, want := range map[string]int64{"a": 125 - 2 - 1, "b": 125} {
+		qi, err := c.Queue(ctx, q)
+		if err != nil || qi.Lag != want {
+			t.Fatalf("queue %s = %+v, %v; want lag %d", q, qi, err, want)
+		}
+	}
+
+	// Payloads: a batch holds at most lua.EnqueueBatchBytes of them.
+	big := make([]byte, lua.EnqueueBatchBytes/2+1)
+	before = evalshaCalls(t, ctx, rdb)
+	res, err = c.EnqueueMany(ctx, []client.Task{{Queue: "a", Function: "big", Payload: big}, {Queue: "a", Function: "big", Payload: big},
+		{Queue: "a", Function: "small"}})
+	if err != nil || res[0].Err != nil || res[1].Err != nil || res[2].Err != nil {
+		t.Fatalf("big payloads: %+v, %v", res, err)
+	}
+	if n := evalshaCalls(t, ctx, rdb) - before; n != 2 {
+		t.Fatalf("%d script calls for two payloads of over half the batch limit and a small one, want 2", n)
+	}
+}
+
+// A batch whose script fails reports the error for each of its tasks; batches of other
+// queues are not affected.
+func TestEnqueueManyFailedBatch(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	prefix := redistest.Prefix(t)
+	c := client.New(rdb, client.Options{Prefix: prefix})
+	ctx := context.Background()
+	// A schedule that is not a sorted set: delayed tasks of queue a cannot be written.
+	if err := rdb.Set(ctx, keys.New(prefix).Queue("a").Schedule(), "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.EnqueueMany(ctx, []client.Task{{Queue: "a", Function: "noop", Delay: time.Hour},
+		{Queue: "b", Function: "noop"}, {Queue: "a", Function: "noop", Delay: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Err == nil || res[2].Err == nil || !strings.Contains(res[0].Err.Error(), "WRONGTYPE") {
+		t.Fatalf("tasks of the failed batch: %+v, %+v; want its error", res[0], res[2])
+	}
+	if res[1].Err != nil || !res[1].Created {
+		t.Fatalf("task of queue b = %+v, want created", res[1])
 	}
 }

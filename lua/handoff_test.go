@@ -1,6 +1,7 @@
 package lua_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -423,5 +424,111 @@ func TestRescueOfUnreadDeliveredRow(t *testing.T) {
 	}
 	if len(r.Started) != 2 || attempts["old"] != 2 || attempts["new"] != 1 {
 		t.Fatalf("claim = %+v, want old at attempt 2 and new at attempt 1", r.Started)
+	}
+}
+
+// enqueueBatch runs one enqueue call of as and returns its results.
+func (f *fixture) enqueueBatch(t *testing.T, as []lua.EnqueueArgs) []lua.EnqueueResult {
+	t.Helper()
+	for i := range as {
+		if as[i].Function == "" {
+			as[i].Function = "noop"
+		}
+	}
+	cmd := lua.EnqueueCmd(f.ctx, f.rdb, f.q, f.now, as)
+	if lua.IsNoScript(cmd.Err()) {
+		if err := lua.Load(f.ctx, f.rdb); err != nil {
+			t.Fatal(err)
+		}
+		cmd = lua.EnqueueCmd(f.ctx, f.rdb, f.q, f.now, as)
+	}
+	rs, err := lua.EnqueueResults(cmd, len(as))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// A batch is the same as its tasks enqueued one call each, in order: a unique key or an
+// id taken earlier in the batch counts, each waiting worker gets one task, the rest queue.
+func TestEnqueueBatchIsItsTasksInOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.register(t, "w1")
+	f.register(t, "w2")
+	rs := f.enqueueBatch(t, []lua.EnqueueArgs{
+		{ID: "b1", Priority: 2, Payload: []byte("one")},
+		{ID: "b2", Priority: 7, Unique: "k"},
+		{ID: "b3", Priority: 7, Unique: "k"}, // the key is b2's now
+		{ID: "b1"},                           // the id is taken
+		{ID: "b4", RunAtMS: f.now + 60_000},  // delayed: no hand-off
+		{ID: "b5", Priority: 2},              // both workers served: queued
+	})
+	want := []lua.EnqueueResult{{ID: "b1", Created: true}, {ID: "b2", Created: true}, {ID: "b2"}, {ID: "b1"},
+		{ID: "b4", Created: true}, {ID: "b5", Created: true}}
+	for i, r := range rs {
+		if r.ID != want[i].ID || r.Created != want[i].Created || (i == 3) != errors.Is(r.Err, lua.ErrTaskExists) {
+			t.Fatalf("result %d = %+v, want %+v (ErrTaskExists only for the taken id)", i, r, want[i])
+		}
+	}
+	for id, st := range map[string]string{"b1": "running", "b2": "running", "b4": "scheduled", "b5": "queued"} {
+		if got := f.field(t, id, "status"); got != st {
+			t.Errorf("%s status = %q, want %q", id, got, st)
+		}
+	}
+	if f.field(t, "b3", "status") != "" || f.field(t, "b1", "payload") != "one" || f.field(t, "b2", "unique") != "k" {
+		t.Fatalf("b3 %q, b1 payload %q, b2 unique %q", f.field(t, "b3", "status"), f.field(t, "b1", "payload"), f.field(t, "b2", "unique"))
+	}
+	got := map[string]string{}
+	for _, w := range []string{"w1", "w2"} {
+		hs := f.inbox(t, w)
+		if len(hs) != 1 || hs[0].Started == nil {
+			t.Fatalf("%s inbox = %+v, want one started row", w, hs)
+		}
+		got[hs[0].Started.ID] = w
+		if f.field(t, hs[0].Started.ID, "worker") != w {
+			t.Fatalf("%s started for %s, inbox of %s", hs[0].Started.ID, f.field(t, hs[0].Started.ID, "worker"), w)
+		}
+	}
+	if len(got) != 2 || got["b1"] == "" || got["b2"] == "" {
+		t.Fatalf("hand-offs = %v, want b1 and b2", got)
+	}
+	if n := f.rdb.ZCard(f.ctx, f.q.Handed()).Val(); n != 2 {
+		t.Fatalf("hand-off notes = %d, want 2", n)
+	}
+	if f.pending(t, 2) != 1 || f.pending(t, 7) != 1 || f.rdb.XLen(f.ctx, f.q.Stream(2)).Val() != 2 {
+		t.Fatalf("band 2: %d pending of %d; band 7: %d pending", f.pending(t, 2), f.rdb.XLen(f.ctx, f.q.Stream(2)).Val(), f.pending(t, 7))
+	}
+}
+
+func TestEnqueueBatchHandsNothingOffWhilePaused(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.register(t, "w1")
+	if err := f.rdb.Set(f.ctx, f.q.Paused(), "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	f.enqueueBatch(t, []lua.EnqueueArgs{{ID: "p1"}, {ID: "p2"}})
+	if f.field(t, "p1", "status") != "queued" || f.field(t, "p2", "status") != "queued" {
+		t.Fatalf("statuses %q %q, want queued", f.field(t, "p1", "status"), f.field(t, "p2", "status"))
+	}
+	if n := f.rdb.ZCard(f.ctx, f.q.Waiting()).Val(); n != 1 {
+		t.Fatalf("waiting = %d, want the registration kept for the resume", n)
+	}
+	if hs := f.inbox(t, "w1"); len(hs) != 0 {
+		t.Fatalf("inbox = %+v, want empty", hs)
+	}
+}
+
+func TestEnqueueRefusesABandOutOfRange(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, p := range []int{-1, keys.Bands} {
+		if _, _, err := lua.Enqueue(f.ctx, f.rdb, f.q, lua.EnqueueArgs{ID: "x", Function: "noop", Priority: p, NowMS: f.now}); err == nil {
+			t.Fatalf("priority %d accepted", p)
+		}
+	}
+	if n := f.rdb.Exists(f.ctx, f.q.Task("x")).Val(); n != 0 {
+		t.Fatal("a refused task was created")
 	}
 }

@@ -121,6 +121,9 @@ type Queue struct {
 // Stream returns the stream of priority p.
 func (q Queue) Stream(p int) string { return q.Streams[p] }
 
+// StreamPrefix is the prefix of the band streams: StreamPrefix()+"7" == Stream(7).
+func (q Queue) StreamPrefix() string { return q.base + "p" }
+
 // Task returns the hash of task id.
 func (q Queue) Task(id string) string { return q.base + "t:" + id }
 

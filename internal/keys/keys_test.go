@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -29,5 +30,14 @@ func TestKeysShareTheQueueSlot(t *testing.T) {
 	}
 	if q.Stream(9) != "dtq:{emails}:p9" || q.BandOf("dtq:{emails}:p3") != 3 || q.BandOf("dtq:{other}:p3") != -1 {
 		t.Errorf("stream naming broken: %q", q.Stream(9))
+	}
+	// Scripts build these keys from the prefixes they are given.
+	for p := range Bands {
+		if q.StreamPrefix()+strconv.Itoa(p) != q.Stream(p) {
+			t.Errorf("StreamPrefix()+%d = %q, Stream(%d) = %q", p, q.StreamPrefix()+strconv.Itoa(p), p, q.Stream(p))
+		}
+	}
+	if q.TaskPrefix()+"x" != q.Task("x") || q.UniquePrefix()+"u" != q.Unique("u") || q.InboxPrefix()+"w" != q.Inbox("w") {
+		t.Error("a prefix does not name the key it is the prefix of")
 	}
 }
