@@ -173,9 +173,10 @@ func (e *benchEnv) client(prefix string) *client.Client {
 
 // worker is one dtq worker process.
 type worker struct {
-	cmd  *exec.Cmd
-	port int
-	exit chan error
+	cmd    *exec.Cmd
+	port   int
+	exit   chan error
+	execAt time.Time // just before the exec: what start-up figures count from
 }
 
 // startWorker execs `dtq worker` with the run's prefix and extra environment.
@@ -190,10 +191,11 @@ func (e *benchEnv) startWorker(prefix string, env ...string) (*worker, error) {
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	execAt := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	w := &worker{cmd: cmd, port: port, exit: make(chan error, 1)}
+	w := &worker{cmd: cmd, port: port, exit: make(chan error, 1), execAt: execAt}
 	go func() { w.exit <- cmd.Wait() }()
 	return w, nil
 }

@@ -349,12 +349,12 @@ func runColdstart(ctx context.Context, e *benchEnv, o options) (result, error) {
 		if err != nil {
 			return nil, err
 		}
-		start := time.Now()
 		w, err := e.startWorker(prefix, "DTQ_WORKER_CONCURRENCY="+strconv.Itoa(o.concurrency))
 		if err != nil {
 			watch.stop()
 			return nil, err
 		}
+		start := w.execAt
 		// exec → the waiting task finished (its outcome recorded).
 		end, err := watch.wait(30 * time.Second)
 		if err != nil {
@@ -382,7 +382,6 @@ func runColdstart(ctx context.Context, e *benchEnv, o options) (result, error) {
 
 		// exec → /readyz, separately, with nothing waiting.
 		prefix = e.prefix()
-		start = time.Now()
 		w, err = e.startWorker(prefix)
 		if err != nil {
 			return nil, err
@@ -391,7 +390,7 @@ func runColdstart(ctx context.Context, e *benchEnv, o options) (result, error) {
 			w.kill()
 			return nil, err
 		}
-		ready = append(ready, float64(time.Since(start).Microseconds())/1000)
+		ready = append(ready, float64(time.Since(w.execAt).Microseconds())/1000)
 		if err := w.stop(); err != nil {
 			return nil, err
 		}
