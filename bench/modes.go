@@ -130,6 +130,12 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (result, error) 
 	if err != nil {
 		return nil, err
 	}
+	// The first task a worker starts is the head of a band's stream (the highest band
+	// first, each in stream order): not the first id enqueued, as enqueuers interleave.
+	heads, err := streamHeads(ctx, e, prefix)
+	if err != nil {
+		return nil, err
+	}
 	cmd0 := e.commands(ctx)
 	rcpu0 := cpuTime(e.redisPID)
 	start := time.Now()
@@ -155,17 +161,14 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (result, error) 
 	var first float64 = math.MaxFloat64
 	for _, w := range ws {
 		wcpu += cpuTime(w.cmd.Process.Pid)
-		if v, err := w.metric("dtq_worker_pickup_seconds_count"); err == nil && v > 0 {
-			_ = v
-		}
 	}
 	for _, w := range ws {
 		if err := w.stop(); err != nil {
 			return nil, err
 		}
 	}
-	// First task: the earliest started_at among the tasks (ms resolution).
-	if ts, err := firstStart(ctx, e, prefix, ids); err == nil {
+	// First task: the earliest started_at among the stream heads (ms resolution).
+	if ts, err := firstStart(ctx, e, prefix, heads); err == nil && len(heads) > 0 {
 		first = float64(ts.Sub(start).Microseconds()) / 1000
 	}
 	st, err := statuses(ctx, e.rdb, prefix, ids)
@@ -195,12 +198,30 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (result, error) 
 	return r, nil
 }
 
+// streamHeads returns the task of the first entry of each band stream of the bench
+// queue that has one.
+func streamHeads(ctx context.Context, e *benchEnv, prefix string) ([]string, error) {
+	q := keys.New(prefix).Queue(benchQueue)
+	var heads []string
+	for _, s := range q.Streams {
+		xs, err := e.rdb.XRangeN(ctx, s, "-", "+", 1).Result()
+		if err != nil {
+			return nil, err
+		}
+		if len(xs) == 1 {
+			if id, ok := xs[0].Values["task"].(string); ok {
+				heads = append(heads, id)
+			}
+		}
+	}
+	return heads, nil
+}
+
 func firstStart(ctx context.Context, e *benchEnv, prefix string, ids []string) (time.Time, error) {
 	q := keys.New(prefix).Queue(benchQueue)
 	p := e.rdb.Pipeline()
-	k := min(len(ids), 200)
-	cmds := make([]*redis.StringCmd, k)
-	for i := 0; i < k; i++ {
+	cmds := make([]*redis.StringCmd, len(ids))
+	for i := range ids {
 		cmds[i] = p.HGet(ctx, q.Task(ids[i]), "started_at")
 	}
 	if _, err := p.Exec(ctx); err != nil {
