@@ -71,6 +71,23 @@ func TestRedisCluster(t *testing.T) {
 			t.Fatalf("%s: second enqueue with the unique key: id %s created %v err %v, want %s and nothing created", q, again, created, err, id)
 		}
 	}
+	// One EnqueueMany over queues on every node: a batch per queue, each sent to its node.
+	var many []client.Task
+	for _, q := range queues {
+		for _, p := range []int{2, 7} {
+			many = append(many, client.Task{Queue: q, Function: "echo", Priority: p, Payload: []byte(`{"many":"` + q + `"}`)})
+		}
+	}
+	res, err := c.EnqueueMany(ctx, many)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Err != nil || !r.Created {
+			t.Fatalf("EnqueueMany task %d (%s): %+v", i, many[i].Queue, r)
+		}
+		tasks = append(tasks, want{many[i].Queue, r.ID})
+	}
 	for _, tk := range tasks {
 		rec.wait(t, "task "+tk.id, is(runtime.EventTaskSucceeded, tk.id))
 	}
