@@ -42,8 +42,8 @@ func runPeer(ctx context.Context, e *benchEnv, o options) int {
 			[]string{"-mode", "throughput", "-n", strconv.Itoa(def(n, 20000)), "-concurrency", strconv.Itoa(o.concurrency)}},
 		{"latency", func() (result, error) { oo := o; oo.n = 300; return runLatency(ctx, e, oo) },
 			[]string{"-mode", "latency", "-n", "300", "-concurrency", strconv.Itoa(o.concurrency)}},
-		{"coldstart", func() (result, error) { oo := o; oo.reps = def(o.reps, 5); return runColdstart(ctx, e, oo) },
-			[]string{"-mode", "coldstart", "-reps", strconv.Itoa(def(o.reps, 5)), "-concurrency", strconv.Itoa(o.concurrency)}},
+		{"coldstart", func() (result, error) { oo := o; oo.reps = def(o.reps, 20); return runColdstart(ctx, e, oo) },
+			[]string{"-mode", "coldstart", "-reps", strconv.Itoa(def(o.reps, 20)), "-concurrency", strconv.Itoa(o.concurrency)}},
 	}
 	for _, p := range pairs {
 		by := map[string][]result{}
