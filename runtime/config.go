@@ -45,7 +45,7 @@ type Config struct {
 	// PollBlockMS: longest blocking read while idle; new work wakes it at once and
 	// SIGTERM unblocks it, so this only bounds idle round trips.
 	PollBlockMS int `env:"DTQ_POLL_BLOCK_MS, default=30000"`
-	// SchedulerIntervalS: seconds between scheduler passes (jittered).
+	// SchedulerIntervalS: seconds between scheduler passes (plus up to a fifth, at random).
 	SchedulerIntervalS float64 `env:"DTQ_SCHEDULER_INTERVAL_S, default=1"`
 	// SchedulerLockTTLMS: the leader lock's lifetime; renewed every pass.
 	SchedulerLockTTLMS int `env:"DTQ_SCHEDULER_LOCK_TTL_MS, default=10000"`
@@ -91,7 +91,7 @@ func EnvVars() []EnvVar {
 		{"DTQ_MAX_PAYLOAD_BYTES", "1048576", "largest payload accepted"},
 		{"DTQ_RESULT_TTL_S", "86400", "seconds finished task records are kept (0 = forever)"},
 		{"DTQ_POLL_BLOCK_MS", "30000", "longest idle blocking read (new work and SIGTERM end it at once)"},
-		{"DTQ_SCHEDULER_INTERVAL_S", "1", "seconds between scheduler passes"},
+		{"DTQ_SCHEDULER_INTERVAL_S", "1", "seconds between scheduler passes (plus up to a fifth, at random)"},
 		{"DTQ_SCHEDULER_LOCK_TTL_MS", "10000", "scheduler leader lock lifetime"},
 		{"DTQ_EVENTS_MAXLEN", "10000", "approximate cap of the events stream (0 = off)"},
 		{"DTQ_EVENTS_VERBOSE", "false", "also publish TASK_STARTED and TASK_SUCCEEDED"},

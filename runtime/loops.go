@@ -76,7 +76,9 @@ func (w *Worker) schedulerLoop(ctx context.Context) error {
 			w.metrics.redisErrors.WithLabelValues("scheduler").Inc()
 			return err
 		}
-		if !sleepCtx(ctx, jitter(interval, 0.2)) {
+		// Up to a fifth longer, never shorter: passes of workers started together drift
+		// apart, and an idle worker's one round trip a pass stays at most one a second.
+		if !sleepCtx(ctx, jitterUp(interval, 0.2)) {
 			return nil
 		}
 	}

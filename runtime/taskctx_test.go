@@ -63,3 +63,20 @@ func TestTaskCtxAfterRelease(t *testing.T) {
 		t.Fatal("Err after release = nil")
 	}
 }
+
+// The scheduler's pass period is never shortened by its jitter: an idle worker's one
+// round trip a pass stays within one a second at the default interval.
+func TestSchedulerJitterOnlyLengthens(t *testing.T) {
+	d := time.Second
+	var longer bool
+	for range 1000 {
+		j := jitterUp(d, 0.2)
+		if j < d || j > d+d/5 {
+			t.Fatalf("jitterUp(%v, 0.2) = %v, want within [%v, %v]", d, j, d, d+d/5)
+		}
+		longer = longer || j > d
+	}
+	if !longer {
+		t.Fatal("jitterUp never lengthened the period")
+	}
+}

@@ -421,6 +421,11 @@ func jitter(d time.Duration, frac float64) time.Duration {
 	return time.Duration(float64(d) * f)
 }
 
+// jitterUp returns d lengthened by a random fraction of it up to frac.
+func jitterUp(d time.Duration, frac float64) time.Duration {
+	return time.Duration(float64(d) * (1 + frac*rand.Float64()))
+}
+
 func hostname() string {
 	h, err := os.Hostname()
 	if err != nil {
