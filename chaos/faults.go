@@ -220,6 +220,10 @@ func (h *harness) freeze(ctx context.Context, n int) error {
 	key := h.ks.Queue(s.Queue).Task(id)
 	var p *proc
 	var attempt int64
+	// Running: the function started on that worker (its ledger says so). The record
+	// alone says "running" as soon as the enqueue hands the task to an idle worker,
+	// before the worker has read it; a freeze then is a hand-off the leader rescues at
+	// the same attempt, not the stale completion this fault is for.
 	running := waitFor(ctx, 30*time.Second, func() bool {
 		v, err := h.rdb.HMGet(ctx, key, "status", "worker", "attempt").Result()
 		if err != nil || len(v) != 3 || v[0] != "running" {
@@ -229,7 +233,7 @@ func (h *harness) freeze(ctx context.Context, n int) error {
 		a, _ := v[2].(string)
 		attempt, _ = strconv.ParseInt(a, 10, 64)
 		p = h.sup.byID(w)
-		return p != nil
+		return p != nil && h.ledgerHas(p, "S", s.Queue, id, attempt)
 	})
 	if !running {
 		h.say("freeze skipped: probe %s never ran on a live worker", id)
@@ -265,18 +269,21 @@ func (h *harness) freeze(ctx context.Context, n int) error {
 	h.say("SIGCONT %s after %s (probe reclaimed by a peer: %v)", p.id, end.Sub(at).Round(time.Millisecond), reclaimed)
 	// Let the resumed worker finish its stale attempt (its completion is fenced off)
 	// before the next fault can take it down.
-	ledger := filepath.Join(h.ledgerDir, fmt.Sprintf("ledger-%s-%d.log", p.id, p.pid()))
-	finish := fmt.Sprintf(" %s %s %d %s %d ", s.Queue, id, attempt, p.id, p.pid())
-	waitFor(ctx, 10*time.Second, func() bool {
-		b, _ := os.ReadFile(ledger)
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(line, "F ") && strings.Contains(line+" ", finish) {
-				return true
-			}
-		}
-		return false
-	})
+	waitFor(ctx, 10*time.Second, func() bool { return h.ledgerHas(p, "F", s.Queue, id, attempt) })
 	return nil
+}
+
+// ledgerHas reports whether the ledger of worker process p holds a line of kind ("S"
+// start, "F" finish) for attempt of task id.
+func (h *harness) ledgerHas(p *proc, kind, queue, id string, attempt int64) bool {
+	b, _ := os.ReadFile(filepath.Join(h.ledgerDir, fmt.Sprintf("ledger-%s-%d.log", p.id, p.pid())))
+	mark := fmt.Sprintf(" %s %s %d %s %d ", queue, id, attempt, p.id, p.pid())
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, kind+" ") && strings.Contains(line+" ", mark) {
+			return true
+		}
+	}
+	return false
 }
 
 // state counts tasks not ended and work left in Redis (entries, pending entries,
