@@ -85,11 +85,12 @@ func (w *Worker) schedulerLoop(ctx context.Context) error {
 }
 
 // scheduleOnce is one scheduler pass, one pipelined round trip when nothing is due:
-// the lock (SET NX PX to acquire, lock_renew.lua to keep it), the leader's claim of due
-// tasks on every known queue, the known-queue list for the next pass, and the heartbeat
-// when it is due (so an idle worker's heartbeat costs no round trip of its own).
-// Claims made in a pass whose renewal failed are still exclusive (sched_claim.lua is
-// atomic), so they are enqueued like any other.
+// the lock (SET NX PX to acquire, lock_renew.lua to keep it, once a third of its TTL
+// has passed since it was last taken or renewed), the leader's claim of due tasks on
+// every known queue, the known-queue list for the next pass, and the heartbeat when it
+// is due (so an idle worker's heartbeat costs no round trip of its own). Claims made in
+// a pass whose renewal failed, or by a leader whose lock lapsed between renewals, are
+// still exclusive (sched_claim.lua is atomic), so they are enqueued like any other.
 func (w *Worker) scheduleOnce(ctx context.Context) error {
 	lock, ttl := w.ks.SchedulerLock(), int64(w.cfg.SchedulerLockTTLMS)
 	now := w.now()
@@ -103,7 +104,9 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 	var claims, rescues []*redis.Cmd
 	var names *redis.StringSliceCmd
 	if wasLeader {
-		renew = lua.LockRenewCmd(ctx, p, lock, w.id, ttl)
+		if nowMS-w.lockedAt.Load() >= ttl/3 {
+			renew = lua.LockRenewCmd(ctx, p, lock, w.id, ttl)
+		}
 		for _, q := range qs {
 			claims = append(claims, lua.SchedClaimCmd(ctx, p, q, nowMS, schedBatch, nowMS-ttl))
 			rescues = append(rescues, lua.RescueCmd(ctx, p, q, nowMS, nowMS-lua.RescueAge.Milliseconds(), rescueBatch))
@@ -132,17 +135,22 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 		if !acquire.Val() {
 			return nil
 		}
+		w.lockedAt.Store(nowMS) // the lock's TTL runs from no earlier than this
 		w.leader.Store(true)
 		w.metrics.leader.Set(1)
 		w.log.Info("scheduler: became leader")
 		w.publish(Event{Type: EventLeaderAcquired})
 		return nil // the first pass as leader runs at the next tick
 	}
-	if ok, _ := lua.LockRenewResult(renew); !ok {
-		w.leader.Store(false)
-		w.metrics.leader.Set(0)
-		w.log.Warn("scheduler: lost the leader lock")
-		w.publish(Event{Type: EventLeaderLost})
+	if renew != nil {
+		if ok, _ := lua.LockRenewResult(renew); ok {
+			w.lockedAt.Store(nowMS)
+		} else {
+			w.leader.Store(false)
+			w.metrics.leader.Set(0)
+			w.log.Warn("scheduler: lost the leader lock")
+			w.publish(Event{Type: EventLeaderLost})
+		}
 	}
 	w.setKnownQueues(names.Val())
 	if w.passes.Add(1)%60 == 0 {

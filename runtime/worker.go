@@ -84,6 +84,7 @@ type Worker struct {
 
 	blocker  *blocker
 	leader   atomic.Bool
+	lockedAt atomic.Int64 // unix ms of the pass that last took or renewed the scheduler lock
 	lastBeat atomic.Int64 // unix ns of the last heartbeat written
 	passes   atomic.Int64 // scheduler passes led
 	begun    atomic.Int64 // tasks started since Run began (DTQ_WORKER_MAX_TASKS)

@@ -464,3 +464,29 @@ func TestIdleExit(t *testing.T) {
 		t.Fatalf("task %+v, want succeeded before the idle exit", ti)
 	}
 }
+
+// The scheduler leader renews its lock once a third of the lock's TTL has passed, not
+// on every pass: the TTL runs down between renewals and is topped up again, and the
+// worker stays the leader throughout.
+func TestLeaderRenewsItsLockEveryThirdOfItsTTL(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	rec := newRecorder()
+	cfg := e.config(t, "DTQ_SCHEDULER_INTERVAL_S", "0.02", "DTQ_SCHEDULER_LOCK_TTL_MS", "1500")
+	startWorker(t, e.rdb, cfg, function.Registry(), rec)
+	rec.wait(t, "leadership", is(runtime.EventLeaderAcquired, ""))
+	lock := keys.New(e.prefix).SchedulerLock()
+	pttl := func() time.Duration { return e.rdb.PTTL(e.ctx, lock).Val() }
+	// A pass comes every 20–24 ms: renewed on each, the TTL would stay above 1.47 s.
+	eventually(t, "the lock's TTL running down between renewals", func() bool {
+		d := pttl()
+		return d > 0 && d < 1300*time.Millisecond
+	})
+	eventually(t, "a renewal", func() bool { return pttl() > 1400*time.Millisecond })
+	if n := rec.count(is(runtime.EventLeaderLost, "")); n != 0 {
+		t.Fatalf("the leader lost its lock %d times", n)
+	}
+	if holder := e.rdb.Get(e.ctx, lock).Val(); holder != cfg.WorkerID {
+		t.Fatalf("lock held by %q, want %q", holder, cfg.WorkerID)
+	}
+}
