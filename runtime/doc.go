@@ -38,9 +38,9 @@
 //   - reaper (loops.go): every max(0.5 s, visibility/2), jittered, claim.lua in reclaim mode
 //     XAUTOCLAIMs entries idle past the visibility timeout on every band, at most
 //     concurrency×2 per pass, and starts them as reclaimed executions.
-//   - scheduler (loops.go): every ~1 s, jittered, SET NX PX (lock TTL) with the worker id, or
-//     renew through lock_renew.lua (token checked); release through lock_release.lua at
-//     drain. The leader moves due delayed tasks and retries of every known queue (not only
+//   - scheduler (loops.go): every 1–1.2 s, SET NX PX (lock TTL) with the worker id, or, once
+//     a third of the TTL has passed since the lock was taken or renewed, renew through
+//     lock_renew.lua (token checked); release through lock_release.lua at drain. The leader moves due delayed tasks and retries of every known queue (not only
 //     its own) onto their streams, and re-enqueues claims older than the lock TTL (a
 //     leader that died between its two steps left them).
 //   - heartbeat (loops.go): at once and every DTQ_HEARTBEAT_INTERVAL_S, jittered, the seed's
