@@ -31,6 +31,27 @@ type execution struct {
 
 func (e *execution) heldRef() lua.Held { return e.s.Held() }
 
+// heldKey names an execution among the ones a worker holds: its queue, band and entry.
+// An entry id alone is unique within one stream only: the entries that one enqueue.lua
+// call adds to several bands in the same millisecond share an id (EnqueueMany makes that
+// the common case), and so can entries of two queues. Keyed by the id alone, a later
+// execution overwrote an earlier one, whose entry the heartbeat then stopped touching: a
+// reaper reclaimed it while it ran, and the drain did not hand it back.
+//
+// Every other place that names an entry names its stream too: touch.lua, complete.lua
+// and the receipts' replay take the band with the id (and the queue through the keys);
+// inbox rows carry the band; the handed notes and the rescue name inbox rows, whose ids
+// are unique in their own (queue, worker) inbox; the fence compares a task's own entry,
+// and a task never changes band (its priority is fixed at enqueue), so a task's entry id
+// is unique among that task's deliveries. Events and metrics name tasks, not entries.
+type heldKey struct {
+	queue string
+	band  int
+	entry string
+}
+
+func (e *execution) key() heldKey { return heldKey{e.q.Name, e.s.Band, e.s.Entry} }
+
 // start registers the claimed tasks as held and hands them to the executors.
 func (w *Worker) start(q keys.Queue, started []lua.Started) {
 	now := w.now()
@@ -51,7 +72,7 @@ func (w *Worker) start(q keys.Queue, started []lua.Started) {
 		}
 		w.inflight.Add(1)
 		w.heldMu.Lock()
-		w.held[s.Entry] = e
+		w.held[e.key()] = e
 		w.heldMu.Unlock()
 		if s.HandedOff {
 			w.metrics.handoffs.Inc()
@@ -246,8 +267,8 @@ func (w *Worker) record(e *execution) {
 // heartbeat stops touching its entry.
 func (w *Worker) release(e *execution) {
 	w.heldMu.Lock()
-	if w.held[e.s.Entry] == e {
-		delete(w.held, e.s.Entry)
+	if k := e.key(); w.held[k] == e {
+		delete(w.held, k)
 	}
 	w.heldMu.Unlock()
 	w.active.Store(time.Now().UnixNano())

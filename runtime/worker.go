@@ -61,7 +61,7 @@ type Worker struct {
 	startedAt time.Time
 
 	heldMu sync.Mutex
-	held   map[string]*execution // by entry id: every execution started and not yet recorded
+	held   map[heldKey]*execution // every execution started and not yet recorded
 
 	jobs        chan *execution
 	completions chan *execution
@@ -141,7 +141,7 @@ func New(o Options) (*Worker, error) {
 		keepMS:      int64(cfg.ResultTTLS * 1000),
 		defTimeout:  seconds(cfg.DefaultTimeoutS),
 		defBackoff:  ExpBackoff(time.Duration(cfg.RetryBaseMS)*time.Millisecond, time.Duration(cfg.RetryMaxMS)*time.Millisecond),
-		held:        map[string]*execution{},
+		held:        map[heldKey]*execution{},
 		jobs:        make(chan *execution, 4*cfg.Concurrency+keys.Bands*len(cfg.Queues)+64),
 		completions: make(chan *execution, 4*cfg.Concurrency+64),
 		slotFree:    make(chan struct{}, 1),
