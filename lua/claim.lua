@@ -57,13 +57,20 @@
 -- and nothing reclaimed meanwhile runs twice. Receipts live 60 s at most; the caller's
 -- next call on the queue deletes the previous one.
 --
--- returns {started, absorbed, invalid, paused}
+-- While the queue is paused (KEYS[11] exists) nothing starts that the caller did not
+-- already hold: no entries are read, none reclaimed, and entries delivered to the caller
+-- (by a blocking read issued before the pause, or an inbox "d" row) are returned to
+-- their stream unstarted, as new entries. Hand-offs already started for the caller (an
+-- inbox row written before the pause) are the caller's and run.
+--
+-- returns {started, absorbed, invalid, paused, returned}
 --   started:  list of {entry, band, id, attempt, function, payload, timeout_ms,
 --             max_retries, failures, unique, created_at, how}
 --             how: 0 a fresh delivery, 1 a reclaim, 2 a hand-off read from the inbox
 --   absorbed: list of {entry, band, id, status}  (status "dead" when the script killed the task)
 --   invalid:  list of {entry, band, dead id, reason}
---   paused:   1 when the queue is paused (no new entries were read)
+--   paused:   1 when the queue is paused (no new entries were read or reclaimed)
+--   returned: list of {entry, band, task id, new entry}: delivered while paused, put back
 -- now stays a string: a Lua number passed to redis.call is formatted with snprintf.
 local group, consumer, now = ARGV[1], ARGV[2], ARGV[3]
 local mode, want, maxpayload = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -93,7 +100,11 @@ if KEYS[15] ~= KEYS[14] then
   redis.call("DEL", KEYS[15])
 end
 
-local started, absorbed, invalid = {}, {}, {}
+local started, absorbed, invalid, returned = {}, {}, {}, {}
+-- A paused queue starts nothing its caller did not already hold: no new reads, no
+-- reclaims, and entries a blocking read issued before the pause delivered anyway go back.
+local paused = 0
+if redis.call("EXISTS", KEYS[11]) == 1 then paused = 1 end
 
 local function ack(stream, eid)
   redis.call("XACK", stream, group, eid)
@@ -242,10 +253,35 @@ local function take(band, eid, fields, reclaiming)
     t[7] or "0", failures, t[9] or "", t[10] or "0", reclaimed}
 end
 
+-- putback returns an entry delivered while the queue is paused to its stream unstarted:
+-- a new entry with the same fields takes its place (at the band's tail, undelivered),
+-- and a queued task that named the old entry names the new one (cancel.lua deletes it).
+local function putback(band, eid, fields)
+  local stream = KEYS[band + 1]
+  ack(stream, eid)
+  local new = redis.call("XADD", stream, "*", unpack(fields))
+  local id = ""
+  for i = 1, #fields, 2 do
+    if fields[i] == "task" then id = fields[i + 1] end
+  end
+  if id ~= "" and #id <= 200 and not string.find(id, "{", 1, true) and not string.find(id, "}", 1, true) then
+    local h = prefix .. id
+    local ok, t = pcall(redis.call, "HMGET", h, "status", "entry")
+    if ok and t[1] == "queued" and t[2] == eid then
+      redis.call("HSET", h, "entry", new)
+    end
+  end
+  returned[#returned + 1] = {eid, band, id, new}
+end
+
 local function delivered(band, eid)
   local r = redis.call("XRANGE", KEYS[band + 1], eid, eid)
-  if #r == 1 then take(band, eid, r[1][2], false) else
+  if #r ~= 1 then
     redis.call("XACK", KEYS[band + 1], group, eid)
+  elseif paused == 1 then
+    putback(band, eid, r[1][2])
+  else
+    take(band, eid, r[1][2], false)
   end
 end
 
@@ -299,11 +335,8 @@ for i = 0, n - 1 do
   delivered(tonumber(ARGV[at + 1 + 2 * i]), ARGV[at + 2 + 2 * i])
 end
 
-local paused = 0
 if mode == "read" then
-  if redis.call("EXISTS", KEYS[11]) == 1 then
-    paused = 1
-  else
+  if paused == 0 then
     local band = 9
     while band >= 0 and want > 0 do
       -- XLEN is far cheaper than an XREADGROUP that finds nothing: skip empty bands
@@ -326,7 +359,7 @@ if mode == "read" then
       band = band - 1
     end
   end
-elseif mode == "reclaim" then
+elseif mode == "reclaim" and paused == 0 then
   for band = 9, 0, -1 do
     local cursor, rounds = "0-0", 0
     while want > 0 and rounds < 10 do
@@ -364,8 +397,8 @@ if mode == "read" then
   end
 end
 
-local out = {started, absorbed, invalid, paused}
-if #started + #absorbed + #invalid > 0 then
+local out = {started, absorbed, invalid, paused, returned}
+if #started + #absorbed + #invalid + #returned > 0 then
   -- MessagePack, not JSON: JSON formats every number with snprintf, a real cost per task
   local ok, enc = pcall(cmsgpack.pack, out)
   if ok then redis.call("SET", KEYS[14], enc, "PX", 60000) end

@@ -368,12 +368,22 @@ type Invalid struct {
 	Reason string
 }
 
+// Returned is an entry delivered while its queue was paused, put back unstarted as a
+// new entry.
+type Returned struct {
+	Entry string
+	Band  int
+	ID    string // the entry's task field
+	New   string // the entry that took its place
+}
+
 // ClaimResult is the decoded reply of a claim.
 type ClaimResult struct {
 	Started  []Started
 	Absorbed []Absorbed
 	Invalid  []Invalid
 	Paused   bool
+	Returned []Returned
 }
 
 func claimKV(q keys.Queue, a ClaimArgs) ([]string, []any) {
@@ -439,7 +449,7 @@ func randomCall() string {
 
 func decodeClaim(v []any) (ClaimResult, error) {
 	var r ClaimResult
-	if len(v) != 4 {
+	if len(v) != 4 && len(v) != 5 { // 4: a receipt of a release that returned nothing
 		return r, fmt.Errorf("claim: unexpected reply of %d elements", len(v))
 	}
 	for _, row := range rows(v[0]) {
@@ -464,6 +474,13 @@ func decodeClaim(v []any) (ClaimResult, error) {
 		}
 	}
 	r.Paused = num(v[3]) == 1
+	if len(v) == 5 {
+		for _, row := range rows(v[4]) {
+			if len(row) == 4 {
+				r.Returned = append(r.Returned, Returned{Entry: str(row[0]), Band: int(num(row[1])), ID: str(row[2]), New: str(row[3])})
+			}
+		}
+	}
 	return r, nil
 }
 

@@ -72,7 +72,11 @@
 //     different slots, the block covers the first unpaused queue's bands, at most 500 ms.
 //     While a queue the worker serves is paused the block lasts at most a second: a
 //     paused queue is not read, so its resume would wake nobody, and the next claim sees
-//     the flag gone.
+//     the flag gone. A read issued before the pause still delivers the queue's next
+//     entries; claim.lua puts each back unstarted as a new entry (which wakes the next
+//     reader still blocked, which learns of the pause the same way), and reclaims
+//     nothing while the flag is set, so no task starts after the pause that its worker
+//     did not already hold.
 //   - Hand-off: an idle worker's pickup costs no claim round trip. A claim in read mode
 //     that finds nothing registers the worker in the queue's waiting zset (member
 //     "PAYLOADLIMIT WORKER", score: the end of the coming block + 1 s), and the blocking

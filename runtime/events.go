@@ -24,6 +24,7 @@ const (
 	EventFenced            = "TASK_COMPLETION_FENCED"
 	EventHandedBack        = "TASK_HANDED_BACK"
 	EventHandoffRescued    = "TASK_HANDOFF_RESCUED"
+	EventReturned          = "TASK_RETURNED_PAUSED" // delivered while its queue was paused, put back unstarted
 	EventLeaderAcquired    = "SCHEDULER_LEADER_ACQUIRED"
 	EventLeaderLost        = "SCHEDULER_LEADER_LOST"
 	EventScheduled         = "TASKS_SCHEDULED"

@@ -16,6 +16,7 @@ const (
 	OutcomeHandedBack = "handed_back"
 	OutcomeAbsorbed   = "absorbed"
 	OutcomeInvalid    = "invalid"
+	OutcomeReturned   = "returned" // delivered while its queue was paused, put back unstarted
 )
 
 // metrics are one worker's Prometheus metrics, on a registry of its own (so several
@@ -103,7 +104,7 @@ func (m *metrics) fn(name string) *funcMetrics {
 	f := m.byFunc[name]
 	if f == nil {
 		f = &funcMetrics{outcome: map[string]prometheus.Counter{}, duration: m.duration.WithLabelValues(name)}
-		for _, o := range []string{OutcomeSucceeded, OutcomeRetried, OutcomeDead, OutcomeFenced, OutcomeHandedBack, OutcomeAbsorbed, OutcomeInvalid} {
+		for _, o := range []string{OutcomeSucceeded, OutcomeRetried, OutcomeDead, OutcomeFenced, OutcomeHandedBack, OutcomeAbsorbed, OutcomeInvalid, OutcomeReturned} {
 			f.outcome[o] = m.tasks.WithLabelValues(name, o)
 		}
 		if len(m.byFunc) < 1000 { // a flood of unknown names must not grow this without bound

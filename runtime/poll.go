@@ -394,6 +394,10 @@ func (w *Worker) handleClaim(q keys.Queue, res lua.ClaimResult) {
 		w.metrics.count("(claim)", OutcomeAbsorbed)
 		w.publish(Event{Type: EventDuplicateAbsorbed, Queue: q.Name, TaskID: a.ID, Detail: "entry " + a.Entry + ", task " + a.Status})
 	}
+	for _, r := range res.Returned {
+		w.metrics.count("(claim)", OutcomeReturned)
+		w.publish(Event{Type: EventReturned, Queue: q.Name, TaskID: r.ID, Detail: "queue paused: entry " + r.Entry + " put back as " + r.New})
+	}
 	for _, in := range res.Invalid {
 		w.metrics.count("(claim)", OutcomeInvalid)
 		w.log.Warn("claim: malformed entry moved to a dead record", "queue", q.Name, "entry", in.Entry, "dead_id", in.DeadID, "reason", in.Reason)
