@@ -82,8 +82,13 @@ type Task struct {
 	// Timeout bounds one attempt (0: the function's default).
 	Timeout time.Duration
 	// Unique: a second enqueue with the same key (in the same queue) returns the first
-	// task's id and creates nothing, for as long as the first task's record exists.
+	// task's id and creates nothing, for as long as the first task's record exists
+	// (succeeded and cancelled records live DTQ_RESULT_TTL_S). A key whose task is gone
+	// is free.
 	Unique string
+	// ReuseUnique: when the task holding Unique is dead or cancelled, create this task
+	// and pass the key to it (the old record keeps its history without the key).
+	ReuseUnique bool
 	// ID: an explicit id ("" = generated).
 	ID string
 }
@@ -135,7 +140,8 @@ func (c *Client) args(t *Task, now time.Time) lua.EnqueueArgs {
 		mr = *t.MaxRetries
 	}
 	return lua.EnqueueArgs{ID: id, Function: t.Function, Payload: t.Payload, Priority: t.Priority,
-		MaxRetries: mr, TimeoutMS: t.Timeout.Milliseconds(), NowMS: now.UnixMilli(), RunAtMS: runAt, Unique: t.Unique}
+		MaxRetries: mr, TimeoutMS: t.Timeout.Milliseconds(), NowMS: now.UnixMilli(), RunAtMS: runAt, Unique: t.Unique,
+		ReuseUnique: t.ReuseUnique}
 }
 
 // Enqueue creates a task and returns its id. With a unique key that is taken, it
@@ -154,7 +160,10 @@ func (c *Client) Enqueue(ctx context.Context, t Task) (id string, created bool, 
 type Result struct {
 	ID      string
 	Created bool
-	Err     error
+	// HolderStatus: when Created is false, the status of the task holding the unique key
+	// ("dead" or "cancelled": pass ReuseUnique to replace it).
+	HolderStatus string
+	Err          error
 }
 
 // EnqueueMany creates many tasks in one pipelined round trip. Tasks of one queue go
@@ -211,7 +220,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ts []Task) ([]Result, error) {
 					out[i].Err = err
 					continue
 				}
-				out[i] = Result{ID: rs[j].ID, Created: rs[j].Created, Err: rs[j].Err}
+				out[i] = Result{ID: rs[j].ID, Created: rs[j].Created, HolderStatus: rs[j].HolderStatus, Err: rs[j].Err}
 			}
 		}
 		bs = again

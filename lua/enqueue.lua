@@ -12,9 +12,10 @@
 -- ARGV[1]  queue name
 -- ARGV[2]  consumer group
 -- ARGV[3]  now ms
--- then 8 per task, from ARGV[4]:
+-- then 9 per task, from ARGV[4]:
 --   id, function, payload, priority 0..9, max retries, timeout ms (0: the function's
---   default), run at ms (<= now: run now), unique key ("" for none)
+--   default), run at ms (<= now: run now), unique key ("" for none), reuse ("1": a
+--   unique key held by a dead or cancelled task passes to this one)
 --
 -- Numbers stay the strings ARGV holds: a Lua number passed to redis.call is formatted
 -- with snprintf, a measurable cost per task. A batch pays the call's own cost once, looks
@@ -37,8 +38,18 @@
 -- next claim says it got it; the scheduler leader puts back on the stream the tasks of
 -- rows a dead worker never read (rescue.lua).
 --
--- returns {id1, code1, id2, code2, …} in the order of the tasks: code 1 created, 0 a task
--- with this unique key exists (id is that task's), -1 a task with this id exists already.
+-- Unique keys. A key names the task that holds it. A key whose holder no longer exists
+-- (its record expired or was deleted) is free. A key held by a dead or cancelled task
+-- passes to the new task only when the caller asks for it (reuse); the old record keeps
+-- its history without the key. Otherwise the enqueue creates nothing and names the
+-- holder and its status.
+--
+-- A call that fails (a wrong-type key) creates nothing for the task it failed on, its
+-- unique key included; the tasks before it in the batch were created.
+--
+-- returns {id1, code1, status1, id2, …} in the order of the tasks: code 1 created, 0 a
+-- task with this unique key exists (id is that task's, status its status), -1 a task
+-- with this id exists already.
 local now = ARGV[3]
 local now_n = tonumber(now)
 local group = ARGV[2]
@@ -47,23 +58,72 @@ local ready = {} -- band streams known to exist with their group
 local waiters = true -- false once no worker waits (none can start waiting meanwhile)
 local paused -- looked up on the first hand-off
 
+-- handoff starts the task whose entry was just added to stream for one waiting worker,
+-- if there is one; it returns the worker, or nil. It runs under pcall: a hand-off that
+-- fails (a wrong-type key among the waiting set or an inbox) leaves the task queued, and
+-- its entry, if the read had delivered it, is reclaimed like any silent delivery.
+local function handoff(stream, entry, id, fn, payload, prio, maxr, tmo, unique)
+  local w = redis.call("ZRANGEBYSCORE", KEYS[5], now, "+inf", "LIMIT", 0, 1)[1]
+  if not w then
+    waiters = false
+    return nil
+  end
+  if paused == nil then
+    paused = redis.call("EXISTS", KEYS[6]) == 1
+  end
+  if paused then
+    waiters = false
+    return nil
+  end
+  redis.call("ZREM", KEYS[5], w)
+  local limit, consumer = string.match(w, "^(%d+) (.+)$")
+  if not consumer or #payload > tonumber(limit) then return nil end
+  local r = redis.call("XREADGROUP", "GROUP", group, consumer, "COUNT", 1, "STREAMS", stream, ">")
+  local got = r and r[1][2][1]
+  if got and got[1] == entry then
+    local row = redis.call("XADD", KEYS[7] .. consumer, "*", "e", entry, "b", prio, "i", id,
+      "a", "1", "f", fn, "p", payload, "t", tmo, "m", maxr, "u", unique, "c", now)
+    redis.call("ZADD", KEYS[8], now, consumer .. " " .. row)
+    return consumer
+  elseif got then
+    local row = redis.call("XADD", KEYS[7] .. consumer, "*", "d", "1", "e", got[1], "b", prio)
+    redis.call("ZADD", KEYS[8], now, consumer .. " " .. row)
+  end
+  return nil
+end
+
 local i = 4
 while i <= #ARGV do
   local id, fn, payload, prio = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local maxr, tmo, run_at, unique = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
-  i = i + 8
+  local maxr, tmo, run_at, unique, reuse = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]
+  i = i + 9
   local task = KEYS[1] .. id
-  local existing = unique ~= "" and redis.call("GET", KEYS[4] .. unique)
-  if existing then
-    out[#out + 1] = existing
+  -- the unique key's holder, and its status: a key whose holder is gone is free, and one
+  -- held by a dead or cancelled task is taken over when the caller asks for it
+  local holder, hstatus = unique ~= "" and redis.call("GET", KEYS[4] .. unique), ""
+  if holder then
+    local ok, st = pcall(redis.call, "HGET", KEYS[1] .. holder, "status")
+    if not ok or not st then
+      holder = false
+    elseif reuse == "1" and (st == "dead" or st == "cancelled") then
+      redis.call("HSET", KEYS[1] .. holder, "unique", "")
+      holder = false
+    else
+      hstatus = st
+    end
+  end
+  if holder then
+    out[#out + 1] = holder
     out[#out + 1] = 0
+    out[#out + 1] = hstatus
   elseif redis.call("EXISTS", task) == 1 then
     out[#out + 1] = id
     out[#out + 1] = -1
+    out[#out + 1] = ""
   else
-    if unique ~= "" then
-      redis.call("SET", KEYS[4] .. unique, id)
-    end
+    -- The commands that can fail (a wrong-type stream or schedule) come before the
+    -- task's writes, and the unique key is set last: a script is not rolled back, and an
+    -- enqueue that fails must create nothing, its unique key included.
     -- Field order matters: small hashes are listpacks searched from the front, so the
     -- fields every claim and completion reads or rewrites come first, and the ones set
     -- later exist from the start (an absent field costs a scan of the whole hash).
@@ -81,32 +141,12 @@ while i <= #ARGV do
       end
       entry = redis.call("XADD", stream, "*", "task", id, "attempt", "0")
       status, queued_at = "queued", now
-      local w = waiters and redis.call("ZRANGEBYSCORE", KEYS[5], now, "+inf", "LIMIT", 0, 1)[1]
-      if not w then
-        waiters = false
-      else
-        if paused == nil then
-          paused = redis.call("EXISTS", KEYS[6]) == 1
-        end
-        if paused then
-          waiters = false
-        else
-          redis.call("ZREM", KEYS[5], w)
-          local limit, consumer = string.match(w, "^(%d+) (.+)$")
-          if consumer and #payload <= tonumber(limit) then
-            local r = redis.call("XREADGROUP", "GROUP", group, consumer, "COUNT", 1,
-              "STREAMS", stream, ">")
-            local got = r and r[1][2][1]
-            if got and got[1] == entry then
-              status, attempt, worker, started_at = "running", "1", consumer, now
-              local row = redis.call("XADD", KEYS[7] .. consumer, "*", "e", entry, "b", prio, "i", id,
-                "a", "1", "f", fn, "p", payload, "t", tmo, "m", maxr, "u", unique, "c", now)
-              redis.call("ZADD", KEYS[8], now, consumer .. " " .. row)
-            elseif got then
-              local row = redis.call("XADD", KEYS[7] .. consumer, "*", "d", "1", "e", got[1], "b", prio)
-              redis.call("ZADD", KEYS[8], now, consumer .. " " .. row)
-            end
-          end
+      if waiters then
+        local ok, consumer = pcall(handoff, stream, entry, id, fn, payload, prio, maxr, tmo, unique)
+        if not ok then
+          waiters = false -- a broken waiting set or inbox: no more hand-offs in this call
+        elseif consumer then
+          status, attempt, worker, started_at = "running", "1", consumer, now
         end
       end
     end
@@ -116,8 +156,12 @@ while i <= #ARGV do
       "function", fn, "payload", payload, "timeout_ms", tmo, "max_retries", maxr,
       "failures", "0", "unique", unique, "created_at", now, "priority", prio,
       "id", id, "queue", ARGV[1], "run_at", run_at, "queued_at", queued_at)
+    if unique ~= "" then
+      redis.call("SET", KEYS[4] .. unique, id)
+    end
     out[#out + 1] = id
     out[#out + 1] = 1
+    out[#out + 1] = ""
   end
 end
 return out

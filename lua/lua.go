@@ -97,6 +97,8 @@ type EnqueueArgs struct {
 	NowMS      int64
 	RunAtMS    int64  // <= NowMS: run now
 	Unique     string // "" for none
+	// ReuseUnique: a unique key held by a dead or cancelled task passes to this one.
+	ReuseUnique bool
 }
 
 // EnqueueCmd queues one enqueue of the tasks as (all of queue q) on c — a pipeline,
@@ -132,11 +134,15 @@ func Enqueue(ctx context.Context, c redis.Scripter, q keys.Queue, a EnqueueArgs)
 }
 
 func enqueueKV(q keys.Queue, nowMS int64, as []EnqueueArgs) ([]string, []any) {
-	args := make([]any, 0, 3+8*len(as))
+	args := make([]any, 0, 3+9*len(as))
 	args = append(args, q.Name, keys.Group, nowMS)
 	for i := range as {
 		a := &as[i]
-		args = append(args, a.ID, a.Function, a.Payload, a.Priority, a.MaxRetries, a.TimeoutMS, a.RunAtMS, a.Unique)
+		reuse := "0"
+		if a.ReuseUnique {
+			reuse = "1"
+		}
+		args = append(args, a.ID, a.Function, a.Payload, a.Priority, a.MaxRetries, a.TimeoutMS, a.RunAtMS, a.Unique, reuse)
 	}
 	return []string{q.TaskPrefix(), q.StreamPrefix(), q.Schedule(), q.UniquePrefix(), q.Waiting(), q.Paused(),
 		q.InboxPrefix(), q.Handed()}, args
@@ -145,8 +151,11 @@ func enqueueKV(q keys.Queue, nowMS int64, as []EnqueueArgs) ([]string, []any) {
 // EnqueueResult is the outcome of one task of an enqueue call.
 type EnqueueResult struct {
 	ID      string
-	Created bool  // false: a task with its unique key exists (ID is that task's)
-	Err     error // ErrTaskExists: a task with its id exists already
+	Created bool // false: a task with its unique key exists (ID is that task's)
+	// HolderStatus is, when Created is false, the status of the task holding the unique
+	// key (a dead or cancelled holder's key passes on with ReuseUnique).
+	HolderStatus string
+	Err          error // ErrTaskExists: a task with its id exists already
 }
 
 // EnqueueResults decodes the reply of an EnqueueCmd of n tasks. An error reply fails
@@ -156,18 +165,19 @@ func EnqueueResults(cmd *redis.Cmd, n int) ([]EnqueueResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("enqueue: %w", err)
 	}
-	if len(v) != 2*n {
+	if len(v) != 3*n {
 		return nil, fmt.Errorf("enqueue: unexpected reply of %d values for %d tasks", len(v), n)
 	}
 	out := make([]EnqueueResult, n)
 	for i := range out {
-		id, _ := v[2*i].(string)
-		code, _ := v[2*i+1].(int64)
+		id, _ := v[3*i].(string)
+		code, _ := v[3*i+1].(int64)
 		out[i].ID = id
 		switch code {
 		case 1:
 			out[i].Created = true
 		case 0:
+			out[i].HolderStatus, _ = v[3*i+2].(string)
 		default:
 			out[i].Err = fmt.Errorf("enqueue %s: %w", id, ErrTaskExists)
 		}

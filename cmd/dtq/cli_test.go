@@ -92,6 +92,31 @@ func TestEnqueueAndInspect(t *testing.T) {
 	}
 }
 
+// A unique key held by a cancelled task: the enqueue says so and creates nothing;
+// with --unique-reuse it creates a new task that takes the key.
+func TestEnqueueUniqueReuse(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	env := []string{"DTQ_REDIS_URL=" + srv.URL(), "DTQ_KEY_PREFIX=" + redistest.Prefix(t)}
+	out, errOut, code := dtq(t, env, "enqueue", "--queue", "mail", "--function", "echo", "--unique", "u1")
+	first := strings.TrimSpace(out)
+	if code != 0 || first == "" {
+		t.Fatalf("enqueue: exit %d out %q err %q", code, out, errOut)
+	}
+	if _, errOut, code := dtq(t, env, "cancel", "--queue", "mail", first); code != 0 {
+		t.Fatalf("cancel: exit %d err %q", code, errOut)
+	}
+	out, errOut, code = dtq(t, env, "enqueue", "--queue", "mail", "--function", "echo", "--unique", "u1")
+	if code != 0 || strings.TrimSpace(out) != first || !strings.Contains(errOut, "(cancelled)") || !strings.Contains(errOut, "--unique-reuse") {
+		t.Fatalf("enqueue over a cancelled holder: exit %d out %q err %q; want the holder named as cancelled", code, out, errOut)
+	}
+	out, errOut, code = dtq(t, env, "enqueue", "--queue", "mail", "--function", "echo", "--unique", "u1", "--unique-reuse")
+	second := strings.TrimSpace(out)
+	if code != 0 || second == "" || second == first || errOut != "" {
+		t.Fatalf("enqueue --unique-reuse: exit %d out %q err %q; want a new task", code, out, errOut)
+	}
+}
+
 // `dtq scaler` runs the dtq-scaler binary found next to dtq or on PATH.
 func TestScalerCommandExecsTheScalerBinary(t *testing.T) {
 	t.Parallel()

@@ -58,6 +58,7 @@ func runEnqueue(args []string) int {
 	retries := fs.Int("max-retries", -1, "failed attempts retried before the task is dead (-1: the function's default)")
 	timeout := fs.Duration("timeout", 0, "time limit of one attempt (0: the function's default)")
 	unique := fs.String("unique", "", "unique key: a second enqueue with it returns the first task's id")
+	reuse := fs.Bool("unique-reuse", false, "with --unique: when the task holding the key is dead or cancelled, create a new task and pass the key to it")
 	id := fs.String("id", "", "explicit task id (default: generated)")
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -67,7 +68,7 @@ func runEnqueue(args []string) int {
 		return exitUsage
 	}
 	t := client.Task{Queue: *queue, Function: *fn, Payload: []byte(*payload), Priority: *prio,
-		Delay: *delay, Timeout: *timeout, Unique: *unique, ID: *id}
+		Delay: *delay, Timeout: *timeout, Unique: *unique, ReuseUnique: *reuse, ID: *id}
 	if *retries >= 0 {
 		t.MaxRetries = client.Retries(*retries)
 	}
@@ -80,13 +81,20 @@ func runEnqueue(args []string) int {
 		t.RunAt = at
 	}
 	return withClient("enqueue", r, func(ctx context.Context, c *client.Client) error {
-		got, created, err := c.Enqueue(ctx, t)
+		rs, err := c.EnqueueMany(ctx, []client.Task{t})
 		if err != nil {
 			return err
 		}
-		fmt.Println(got)
-		if !created {
-			fmt.Fprintf(os.Stderr, "dtq enqueue: unique key %q is taken by task %s; nothing created\n", *unique, got)
+		if rs[0].Err != nil {
+			return rs[0].Err
+		}
+		fmt.Println(rs[0].ID)
+		if !rs[0].Created {
+			hint := ""
+			if rs[0].HolderStatus == "dead" || rs[0].HolderStatus == "cancelled" {
+				hint = " (--unique-reuse passes the key of a dead or cancelled task to a new one)"
+			}
+			fmt.Fprintf(os.Stderr, "dtq enqueue: unique key %q is taken by task %s (%s); nothing created%s\n", *unique, rs[0].ID, rs[0].HolderStatus, hint)
 		}
 		return nil
 	})
