@@ -145,8 +145,24 @@ func TestDrainHandsBackSharedEntryIDs(t *testing.T) {
 	rec := newRecorder()
 	first := startWorker(t, e.rdb, e.config(t, kv...), reg, rec)
 	ids := enqueueEveryBand(t, e, "block", queues...)
+	defer func() {
+		if t.Failed() {
+			rec.mu.Lock()
+			for _, ev := range rec.events {
+				t.Logf("event %s %s %s %s %d %s", ev.Time.Format("15:04:05.000"), ev.Worker, ev.Type, ev.TaskID, ev.Attempt, ev.Detail)
+			}
+			rec.mu.Unlock()
+			for id, q := range ids {
+				t.Logf("task %s %s: %v", q, id, e.rdb.HGetAll(e.ctx, keys.New(e.prefix).Queue(q).Task(id)).Val())
+			}
+		}
+	}()
 	for range ids {
-		b.waitStart(t)
+		select {
+		case <-b.started:
+		case <-time.After(waitTimeout):
+			t.Fatal("timed out waiting for the functions to start")
+		}
 	}
 	for id, entry := range entriesOf(t, e, ids) {
 		if entry != want {
@@ -189,4 +205,29 @@ func sleepFor(ctx context.Context, d time.Duration) bool {
 	case <-tm.C:
 		return true
 	}
+}
+
+// Tasks started in a burst each get an executor while the pool has room: none waits
+// for a running function to return (a job sent just as an idle executor took another
+// used to find no executor, and waited behind functions that ran until released).
+func TestBurstOfLongTasksAllStart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	b := newBlocking(0)
+	reg := runtime.NewRegistry()
+	reg.Register("block", b.fn, runtime.FuncOptions{})
+	startWorker(t, e.rdb, e.config(t, "DTQ_WORKER_CONCURRENCY", "64", "DTQ_VISIBILITY_TIMEOUT_S", "60", "DTQ_HEARTBEAT_INTERVAL_S", "1"), reg, nil)
+	for round := range 4 {
+		var ts []client.Task
+		for i := range 16 {
+			ts = append(ts, client.Task{Queue: "default", Function: "block", Priority: (i + round) % 10})
+		}
+		if _, err := e.c.EnqueueMany(e.ctx, ts); err != nil {
+			t.Fatal(err)
+		}
+		for range ts {
+			b.waitStart(t)
+		}
+	}
+	close(b.release)
 }

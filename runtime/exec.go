@@ -111,14 +111,21 @@ func (w *Worker) maxRetries(s lua.Started, fn *registered) int {
 	return DefaultMaxRetries
 }
 
-// ensureExecutor starts an executor when none is idle and fewer than
-// DTQ_WORKER_CONCURRENCY run. Only the fetching loops call it, and never after the
-// drain closed jobs.
+// ensureExecutor makes sure an executor takes the job about to be sent: it reserves an
+// idle one, or starts one while fewer than DTQ_WORKER_CONCURRENCY run (beyond that, the
+// job waits for the first executor to finish). The reservation is the sender's, made
+// before the send: an idle count the executors kept themselves around their receive
+// lagged behind it, so a job sent just as an idle executor took another found none,
+// and waited for a running function to return while the pool had room. Only the
+// fetching loops call it, and never after the drain closed jobs.
 func (w *Worker) ensureExecutor() {
-	if int64(len(w.jobs)) < w.idleExecutors.Load() {
-		return // an idle executor is there for this job
-	}
 	for {
+		if n := w.idleExecutors.Load(); n > 0 {
+			if w.idleExecutors.CompareAndSwap(n, n-1) {
+				return // that executor is waiting for this job, or finishing one
+			}
+			continue
+		}
 		n := w.executors.Load()
 		if n >= int64(w.cfg.Concurrency) {
 			return
@@ -131,13 +138,12 @@ func (w *Worker) ensureExecutor() {
 	}
 }
 
-// executor is one of the (at most Concurrency) goroutines that run functions.
+// executor is one of the (at most Concurrency) goroutines that run functions. It is
+// started for a job and counts itself idle, for the next reservation, after each one.
 func (w *Worker) executor() {
 	defer w.poolWG.Done()
 	for {
-		w.idleExecutors.Add(1)
 		e, ok := <-w.jobs
-		w.idleExecutors.Add(-1)
 		if !ok {
 			return
 		}
@@ -148,6 +154,7 @@ func (w *Worker) executor() {
 			w.execute(e)
 		}
 		w.running.Add(-1)
+		w.idleExecutors.Add(1) // before the slot is freed: the next job finds this executor
 		w.doneRunning()
 		select {
 		case w.execDone <- struct{}{}:
