@@ -63,7 +63,7 @@
 -- their stream unstarted, as new entries. Hand-offs already started for the caller (an
 -- inbox row written before the pause) are the caller's and run.
 --
--- returns {started, absorbed, invalid, paused, returned}
+-- returns {started, absorbed, invalid, paused, returned, broken}
 --   started:  list of {entry, band, id, attempt, function, payload, timeout_ms,
 --             max_retries, failures, unique, created_at, how}
 --             how: 0 a fresh delivery, 1 a reclaim, 2 a hand-off read from the inbox
@@ -71,6 +71,7 @@
 --   invalid:  list of {entry, band, dead id, reason}
 --   paused:   1 when the queue is paused (no new entries were read or reclaimed)
 --   returned: list of {entry, band, task id, new entry}: delivered while paused, put back
+--   broken:   bands (read mode) whose key is not a stream: skipped, the others served
 -- now stays a string: a Lua number passed to redis.call is formatted with snprintf.
 local group, consumer, now = ARGV[1], ARGV[2], ARGV[3]
 local mode, want, maxpayload = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -100,7 +101,7 @@ if KEYS[15] ~= KEYS[14] then
   redis.call("DEL", KEYS[15])
 end
 
-local started, absorbed, invalid, returned = {}, {}, {}, {}
+local started, absorbed, invalid, returned, broken = {}, {}, {}, {}, {}
 -- A paused queue starts nothing its caller did not already hold: no new reads, no
 -- reclaims, and entries a blocking read issued before the pause delivered anyway go back.
 local paused = 0
@@ -339,9 +340,14 @@ if mode == "read" then
   if paused == 0 then
     local band = 9
     while band >= 0 and want > 0 do
-      -- XLEN is far cheaper than an XREADGROUP that finds nothing: skip empty bands
+      -- XLEN is far cheaper than an XREADGROUP that finds nothing: skip empty bands.
+      -- A band whose key is not a stream is skipped and named in the reply: the other
+      -- bands (and queues) are served, and nothing is half done.
       local ok, r = true, false
-      if redis.call("XLEN", KEYS[band + 1]) > 0 then
+      local len = redis.pcall("XLEN", KEYS[band + 1])
+      if type(len) ~= "number" then
+        broken[#broken + 1] = band
+      elseif len > 0 then
         ok, r = pcall(redis.call, "XREADGROUP", "GROUP", group, consumer,
           "COUNT", want, "STREAMS", KEYS[band + 1], ">")
       elseif redis.call("EXISTS", KEYS[band + 1]) == 0 then
@@ -379,25 +385,32 @@ elseif mode == "reclaim" and paused == 0 then
   end
 end
 
+-- register makes the caller a waiting worker for a hand-off (enqueue.lua) until ARGV[9].
+local function register(member)
+  -- lapsed registrations (workers gone without leaving) go, a few per call; only
+  -- commands of the documented ACL (docs/reliability.md) are used
+  local lapsed = redis.call("ZRANGEBYSCORE", KEYS[16], "-inf", "(" .. now, "LIMIT", 0, 8)
+  if #lapsed > 0 then redis.call("ZREM", KEYS[16], unpack(lapsed)) end
+  redis.call("ZADD", KEYS[16], ARGV[9], member)
+  if redis.call("EXISTS", inbox) == 0 then
+    redis.call("XGROUP", "CREATE", inbox, group, "0", "MKSTREAM")
+  end
+  -- an inbox outlives its worker's last registration by ten minutes
+  redis.call("PEXPIRE", inbox, tonumber(ARGV[9]) - tonumber(now) + 600000)
+end
+
 if mode == "read" then
   local member = ARGV[6] .. " " .. consumer
+  -- the registration is best-effort: a waiting set, marker or inbox of another type
+  -- costs this worker its hand-offs on the queue, not the claim
   if #started > 0 then
-    redis.call("ZREM", KEYS[16], member)
-  elseif paused == 0 and ARGV[9] ~= "0" and redis.call("GET", KEYS[18]) ~= ARGV[10] then
-    -- lapsed registrations (workers gone without leaving) go, a few per call; only
-    -- commands of the documented ACL (docs/reliability.md) are used
-    local lapsed = redis.call("ZRANGEBYSCORE", KEYS[16], "-inf", "(" .. now, "LIMIT", 0, 8)
-    if #lapsed > 0 then redis.call("ZREM", KEYS[16], unpack(lapsed)) end
-    redis.call("ZADD", KEYS[16], ARGV[9], member)
-    if redis.call("EXISTS", inbox) == 0 then
-      redis.call("XGROUP", "CREATE", inbox, group, "0", "MKSTREAM")
-    end
-    -- an inbox outlives its worker's last registration by ten minutes
-    redis.call("PEXPIRE", inbox, tonumber(ARGV[9]) - tonumber(now) + 600000)
+    redis.pcall("ZREM", KEYS[16], member)
+  elseif paused == 0 and ARGV[9] ~= "0" and redis.pcall("GET", KEYS[18]) ~= ARGV[10] then
+    pcall(register, member)
   end
 end
 
-local out = {started, absorbed, invalid, paused, returned}
+local out = {started, absorbed, invalid, paused, returned, broken}
 if #started + #absorbed + #invalid + #returned > 0 then
   -- MessagePack, not JSON: JSON formats every number with snprintf, a real cost per task
   local ok, enc = pcall(cmsgpack.pack, out)

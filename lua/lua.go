@@ -394,6 +394,8 @@ type ClaimResult struct {
 	Invalid  []Invalid
 	Paused   bool
 	Returned []Returned
+	// Broken: bands whose key is not a stream, skipped by a read (the others were read)
+	Broken []int
 }
 
 func claimKV(q keys.Queue, a ClaimArgs) ([]string, []any) {
@@ -459,7 +461,7 @@ func randomCall() string {
 
 func decodeClaim(v []any) (ClaimResult, error) {
 	var r ClaimResult
-	if len(v) != 4 && len(v) != 5 { // 4: a receipt of a release that returned nothing
+	if len(v) < 4 || len(v) > 6 { // 4 and 5: receipts written by earlier releases
 		return r, fmt.Errorf("claim: unexpected reply of %d elements", len(v))
 	}
 	for _, row := range rows(v[0]) {
@@ -484,7 +486,14 @@ func decodeClaim(v []any) (ClaimResult, error) {
 		}
 	}
 	r.Paused = num(v[3]) == 1
-	if len(v) == 5 {
+	if len(v) >= 6 {
+		if bs, ok := v[5].([]any); ok {
+			for _, b := range bs {
+				r.Broken = append(r.Broken, int(num(b)))
+			}
+		}
+	}
+	if len(v) >= 5 {
 		for _, row := range rows(v[4]) {
 			if len(row) == 4 {
 				r.Returned = append(r.Returned, Returned{Entry: str(row[0]), Band: int(num(row[1])), ID: str(row[2]), New: str(row[3])})

@@ -131,6 +131,13 @@
 //     peer's next reaper pass takes them at once instead of after a whole visibility
 //     timeout. Entries the blocking read delivered as the drain began are handed back the
 //     same way, unstarted. Completions that cannot reach Redis are retried with backoff.
+//   - One queue's broken keys stop nothing else (faults.go): a band stream of another
+//     type is skipped by the claim, named in its reply and left out of the idle read;
+//     a queue whose script Redis refuses for a key's sake (a wrong type, or a script
+//     error on what it read there) is skipped by that loop — poll, reaper or scheduler —
+//     for 1 s doubling to 10 s while every other queue is served, and the log names the
+//     keys of the wrong type (lua.Diagnose). Errors of the server as a whole (network,
+//     LOADING, READONLY, OOM) still fail and restart the loop.
 //   - Malformed entries (no task field, a bad attempt, a task that does not exist) become
 //     dead records "invalid-<entry id>" that keep the raw fields; payloads over
 //     DTQ_MAX_PAYLOAD_BYTES are killed at claim with a clear error.

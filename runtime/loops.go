@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,15 +48,24 @@ func (w *Worker) reapOnce(ctx context.Context, calls *calls) (int, error) {
 		if budget <= 0 {
 			break
 		}
+		if w.reapFaults.skip(q.Name) {
+			continue
+		}
 		call, prev := calls.next(q.Name)
 		res, err := lua.Claim(ctx, w.rdb, q, lua.ClaimArgs{
 			Consumer: w.id, NowMS: w.now().UnixMilli(), Reclaim: true, Want: budget,
 			MinIdleMS: w.vtMS, MaxPayload: w.cfg.MaxPayloadBytes, Call: call, Previous: prev,
 		})
 		if err != nil {
-			return started, err
+			if ctx.Err() != nil || !lua.IsKeyError(err) {
+				return started, err
+			}
+			calls.answered(q.Name)
+			w.reapFaults.fail(q.Name, lua.Diagnose(ctx, w.rdb, q, w.id, "reclaim", err))
+			continue
 		}
 		calls.answered(q.Name)
+		w.reapFaults.ok(q.Name)
 		w.handleClaim(q, res)
 		n := len(res.Started) + len(res.Absorbed) + len(res.Invalid)
 		budget -= n
@@ -96,7 +106,8 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 	now := w.now()
 	nowMS := now.UnixMilli()
 	wasLeader := w.leader.Load()
-	qs := w.scheduledQueues()
+	// a queue whose keys Redis refuses is left out for a while: the others move
+	qs := slices.DeleteFunc(w.scheduledQueues(), func(q keys.Queue) bool { return w.schedFaults.skip(q.Name) })
 
 	p := w.rdb.Pipeline()
 	var renew *redis.Cmd
@@ -120,16 +131,17 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 		w.queueHeartbeat(ctx, p, w.status())
 	}
 	_, err := p.Exec(ctx)
-	if err != nil && lua.IsNoScript(err) {
+	if err != nil && (lua.IsNoScript(err) || slices.ContainsFunc(append(claims, rescues...), func(c *redis.Cmd) bool { return lua.IsNoScript(c.Err()) })) {
 		// Redis lost its script cache (a restart): load the scripts; the next pass redoes this one.
 		return lua.Load(ctx, w.rdb)
 	}
 	if beat && err == nil {
 		w.lastBeat.Store(now.UnixNano())
 	}
-	if err != nil {
-		return err
+	if err != nil && !lua.IsKeyError(err) {
+		return err // the server or the network: the whole pass failed
 	}
+	// A key error belongs to the queue whose commands got it; each is looked at below.
 
 	if !wasLeader {
 		if !acquire.Val() {
@@ -152,7 +164,9 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 			w.publish(Event{Type: EventLeaderLost})
 		}
 	}
-	w.setKnownQueues(names.Val())
+	if names.Err() == nil {
+		w.setKnownQueues(names.Val())
+	}
 	if w.passes.Add(1)%60 == 0 {
 		if n, err := liveness.Prune(ctx, w.rdb, w.ks); err != nil {
 			w.log.Warn("scheduler: pruning the workers set failed", "err", err)
@@ -161,29 +175,42 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 		}
 	}
 	for i, q := range qs {
-		if ids, err := lua.RescueResult(q, rescues[i]); err != nil {
-			return err
-		} else if len(ids) > 0 {
-			w.metrics.rescued.Add(float64(len(ids)))
-			w.log.Warn("scheduler: put back tasks handed to a worker that never read them", "queue", q.Name, "count", len(ids))
-			for _, id := range ids {
-				w.publish(Event{Type: EventHandoffRescued, Queue: q.Name, TaskID: id})
-			}
-		}
-		due, stale, _, err := lua.SchedClaimResult(q, claims[i])
-		if err != nil {
-			return err
-		}
-		if err := w.enqueueClaimed(ctx, q, nowMS, due, stale); err != nil {
-			return err
-		}
-		if len(due) == schedBatch { // a backlog: work it off now, batch by batch
-			if err := w.scheduleQueue(ctx, q, ttl); err != nil {
+		if err := w.scheduleResults(ctx, q, nowMS, ttl, claims[i], rescues[i]); err != nil {
+			if !lua.IsKeyError(err) {
 				return err
 			}
+			w.schedFaults.fail(q.Name, lua.Diagnose(ctx, w.rdb, q, "", "schedule", err))
+			continue
 		}
+		w.schedFaults.ok(q.Name)
 	}
 	return nil
+}
+
+// scheduleResults acts on one queue's rescue and scheduler claim of a pass: it reports
+// the rescued hand-offs and enqueues the claimed tasks (working off a backlog).
+func (w *Worker) scheduleResults(ctx context.Context, q keys.Queue, nowMS, ttl int64, claim, rescue *redis.Cmd) error {
+	ids, rerr := lua.RescueResult(q, rescue)
+	if len(ids) > 0 {
+		w.metrics.rescued.Add(float64(len(ids)))
+		w.log.Warn("scheduler: put back tasks handed to a worker that never read them", "queue", q.Name, "count", len(ids))
+		for _, id := range ids {
+			w.publish(Event{Type: EventHandoffRescued, Queue: q.Name, TaskID: id})
+		}
+	}
+	due, stale, _, err := lua.SchedClaimResult(q, claim)
+	if err != nil {
+		return err
+	}
+	if err := w.enqueueClaimed(ctx, q, nowMS, due, stale); err != nil {
+		return err
+	}
+	if len(due) == schedBatch { // a backlog: work it off now, batch by batch
+		if err := w.scheduleQueue(ctx, q, ttl); err != nil {
+			return err
+		}
+	}
+	return rerr
 }
 
 // scheduledQueues are this worker's queues and every other known queue: the leader

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	goruntime "runtime"
 	"slices"
 	"strconv"
@@ -79,6 +80,9 @@ func (w *Worker) fetch(ctx context.Context, calls *calls, capacity int64, paused
 		if want <= 0 || ctx.Err() != nil {
 			break
 		}
+		if w.pollFaults.skip(q.Name) {
+			continue
+		}
 		call, prev := calls.next(q.Name)
 		now := w.now()
 		var until int64
@@ -94,14 +98,33 @@ func (w *Worker) fetch(ctx context.Context, calls *calls, capacity int64, paused
 				return got, nil
 			}
 			w.metrics.redisErrors.WithLabelValues("claim").Inc()
-			return got, err
+			if !lua.IsKeyError(err) {
+				return got, err
+			}
+			// this queue's keys are refused (the script wrote no receipt): skip it for a
+			// while and serve the others
+			calls.answered(q.Name)
+			w.pollFaults.fail(q.Name, lua.Diagnose(ctx, w.rdb, q, w.id, "claim", err))
+			continue
 		}
 		calls.answered(q.Name)
+		w.pollFaults.ok(q.Name)
+		w.brokenBands(q, res.Broken)
 		paused[i] = res.Paused
 		w.handleClaim(q, res)
 		got += int64(len(res.Started))
 	}
 	return got, nil
+}
+
+// brokenBands puts the bands a claim found of another type than a stream in backoff,
+// so the idle read, which would fail as a whole on them, leaves them out.
+func (w *Worker) brokenBands(q keys.Queue, bands []int) {
+	for _, b := range bands {
+		if s := q.Stream(b); !w.pollFaults.skip(s) {
+			w.pollFaults.fail(s, fmt.Errorf("band %d of queue %s is not a stream: its entries wait until it is mended; the other bands are served", b, q.Name))
+		}
+	}
 }
 
 // pausedRecheck bounds the idle block while a queue the worker serves is paused: the
@@ -118,14 +141,15 @@ const registrationSlack = time.Second
 // single node; on a cluster the first unpaused one): only then may the worker register
 // for hand-offs on it, or a task handed to it would wait for its next claim.
 func (w *Worker) waitsOn(i int, paused []bool) bool {
-	if paused[i] {
+	off := func(j int) bool { return paused[j] || w.pollFaults.skip(w.queues[j].Name) }
+	if off(i) {
 		return false
 	}
 	if w.blocker.single != nil {
 		return true
 	}
 	for j := range i {
-		if !paused[j] {
+		if !off(j) {
 			return false
 		}
 	}
@@ -142,9 +166,13 @@ func (w *Worker) block(ctx context.Context, calls *calls, capacity int64, paused
 			continue
 		}
 		for p := keys.MaxPriority; p >= 0; p-- {
-			streams = append(streams, q.Stream(p))
+			if !w.pollFaults.skip(q.Stream(p)) {
+				streams = append(streams, q.Stream(p))
+			}
 		}
-		streams = append(streams, q.Inbox(w.id))
+		if !w.pollFaults.skip(q.Inbox(w.id)) {
+			streams = append(streams, q.Inbox(w.id))
+		}
 	}
 	d := w.blockFor()
 	if slices.Contains(paused, true) {
@@ -163,8 +191,21 @@ func (w *Worker) block(ctx context.Context, calls *calls, capacity int64, paused
 		if strings.HasPrefix(err.Error(), "NOGROUP") {
 			return w.ensureGroups(ctx)
 		}
+		if strings.HasPrefix(err.Error(), "UNBLOCKED") {
+			// a stream read was deleted or overwritten under the read: the next claim
+			// recreates it, or names it broken
+			return nil
+		}
 		w.metrics.redisErrors.WithLabelValues("read").Inc()
+		if lua.IsKeyError(err) && w.wrongTypeStreams(ctx, streams, err) {
+			return nil // the next read leaves them out
+		}
 		return err
+	}
+	if w.pollFaults.any() {
+		for _, s := range streams {
+			w.pollFaults.ok(s) // read again: mended
+		}
 	}
 	if len(xs) == 0 {
 		return nil
@@ -222,15 +263,46 @@ func (w *Worker) block(ctx context.Context, calls *calls, capacity int64, paused
 			Delivered: d, Call: call, Previous: prev, Received: calls.recv[q.Name],
 		})
 		if err != nil {
+			// the entries stay pending; the reaper takes them after the visibility timeout
 			w.metrics.redisErrors.WithLabelValues("claim").Inc()
-			return err // the entries stay pending; the reaper takes them after the visibility timeout
+			if !lua.IsKeyError(err) {
+				return err
+			}
+			calls.answered(q.Name)
+			w.pollFaults.fail(q.Name, lua.Diagnose(ctx, w.rdb, q, w.id, "claim", err))
+			continue
 		}
 		calls.answered(q.Name)
+		w.pollFaults.ok(q.Name)
+		w.brokenBands(q, res.Broken)
 		paused[i] = res.Paused
 		w.handleClaim(q, res)
 		capacity -= int64(len(res.Started))
 	}
 	return nil
+}
+
+// wrongTypeStreams finds which of the streams the idle read covered are of another
+// type (the read failed as a whole on them) and puts them in backoff; it reports
+// whether it found any.
+func (w *Worker) wrongTypeStreams(ctx context.Context, streams []string, err error) bool {
+	found := false
+	for _, q := range w.queues {
+		if !slices.ContainsFunc(streams, func(s string) bool { return q.BandOf(s) >= 0 || s == q.Inbox(w.id) }) {
+			continue
+		}
+		var qe *lua.QueueError
+		if !errors.As(lua.Diagnose(ctx, w.rdb, q, w.id, "read", err), &qe) {
+			continue
+		}
+		for _, wt := range qe.Wrong {
+			if slices.Contains(streams, wt.Key) {
+				w.pollFaults.fail(wt.Key, fmt.Errorf("the idle read of queue %s: %s", q.Name, wt))
+				found = true
+			}
+		}
+	}
+	return found
 }
 
 // handBackStarted hands back tasks started for this worker that it will not run.

@@ -103,6 +103,8 @@ type Worker struct {
 	callTag string
 	// The claim calls of the poll and reaper loops, kept across their restarts.
 	pollCalls, reapCalls *calls
+	// What each fetching loop skips while Redis refuses its keys (kept across restarts).
+	pollFaults, reapFaults, schedFaults *faults
 
 	knownMu sync.Mutex
 	known   []string // every queue ever enqueued to, as of the scheduler's last pass
@@ -152,6 +154,7 @@ func New(o Options) (*Worker, error) {
 	w.log = log.With("worker_id", w.id)
 	w.callTag = strconv.FormatUint(uint64(rand.Uint32()), 36)
 	w.pollCalls, w.reapCalls = w.newCalls(), w.newCalls()
+	w.pollFaults, w.reapFaults, w.schedFaults = w.newFaults("poll"), w.newFaults("reaper"), w.newFaults("scheduler")
 	for _, q := range cfg.Queues {
 		kq := w.ks.Queue(q)
 		w.queues = append(w.queues, kq)

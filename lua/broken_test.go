@@ -1,0 +1,49 @@
+package lua_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/dtq/dtq/lua"
+)
+
+// A band of another type is skipped and named; the other bands are read, and a waiting
+// set of another type costs the registration only.
+func TestClaimSkipsABrokenBand(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "hi", Priority: 8})
+	f.enqueue(t, lua.EnqueueArgs{ID: "lo", Priority: 2})
+	f.rdb.Set(f.ctx, f.q.Stream(5), "x", 0)
+	f.rdb.Set(f.ctx, f.q.Waiting(), "x", 0)
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 5, RegisterUntilMS: f.now + 1000})
+	if len(r.Started) != 2 || len(r.Broken) != 1 || r.Broken[0] != 5 {
+		t.Fatalf("claim = %+v, want hi and lo started and band 5 named broken", r)
+	}
+	r = f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 5, RegisterUntilMS: f.now + 1000})
+	if len(r.Started) != 0 || len(r.Broken) != 1 {
+		t.Fatalf("second claim = %+v, want nothing and band 5 named again", r)
+	}
+}
+
+// Diagnose names the keys of another type; an error that is not a key's comes back as
+// it is.
+func TestDiagnoseNamesWrongTypeKeys(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.rdb.Set(f.ctx, f.q.Schedule(), "x", 0)
+	_, _, _, err := lua.SchedClaim(f.ctx, f.rdb, f.q, f.now, 10, 0)
+	if !lua.IsKeyError(err) {
+		t.Fatalf("scheduler claim over a string schedule: %v, want a key error", err)
+	}
+	var qe *lua.QueueError
+	if d := lua.Diagnose(f.ctx, f.rdb, f.q, "", "schedule", err); !errors.As(d, &qe) || len(qe.Wrong) != 1 ||
+		qe.Wrong[0].Key != f.q.Schedule() || !strings.Contains(d.Error(), f.q.Schedule()+" is a string, want a zset") {
+		t.Fatalf("diagnosis = %v, want the schedule named", d)
+	}
+	other := errors.New("connection reset")
+	if lua.IsKeyError(other) || lua.Diagnose(f.ctx, f.rdb, f.q, "", "x", other) != other {
+		t.Fatal("a network error was taken for a key error")
+	}
+}

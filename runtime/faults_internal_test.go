@@ -1,0 +1,57 @@
+package runtime
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sethvargo/go-envconfig"
+
+	"github.com/dtq/dtq/internal/redistest"
+)
+
+// The idle read fails as a whole on a band of another type that no claim has named yet
+// (it broke between the claim and the read): the read finds it, leaves it out from then
+// on, and does not fail the loop.
+func TestIdleReadLeavesOutAWrongTypeBand(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	cfg, err := LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{
+		"DTQ_REDIS_URL": srv.URL(), "DTQ_KEY_PREFIX": redistest.Prefix(t), "DTQ_QUEUES": "qa",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(Options{Config: cfg, Redis: rdb, Registry: NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.blocker = newBlocker(rdb)
+	defer w.blocker.close()
+	defer w.events.close()
+	q := w.queues[0]
+	ctx := context.Background()
+	if err := w.ensureGroups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, q.Stream(7), "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	paused := []bool{false}
+	if err := w.block(ctx, w.pollCalls, 8, paused); err != nil {
+		t.Fatalf("idle read over a wrong-type band: %v, want it left out", err)
+	}
+	if !w.pollFaults.skip(q.Stream(7)) {
+		t.Fatal("the wrong-type band is not left out of the next read")
+	}
+	// the next read leaves it out and blocks as usual (a short block: nothing arrives)
+	w.cfg.PollBlockMS = 10
+	start := time.Now()
+	if err := w.block(ctx, w.pollCalls, 8, paused); err != nil {
+		t.Fatalf("the next idle read: %v", err)
+	}
+	if time.Since(start) < 10*time.Millisecond {
+		t.Fatal("the next idle read did not block: it failed again")
+	}
+}

@@ -1,0 +1,125 @@
+package runtime_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dtq/dtq/client"
+	"github.com/dtq/dtq/function"
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/runtime"
+)
+
+// logBuffer collects a worker's log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.buf.String(), s)
+}
+
+// startLoggedWorker starts a worker whose log goes to the returned buffer.
+func startLoggedWorker(t *testing.T, e *env, cfg runtime.Config, rec *recorder) *logBuffer {
+	t.Helper()
+	lb := &logBuffer{}
+	w, err := runtime.New(runtime.Options{Config: cfg, Redis: e.rdb, Registry: function.Registry(), Observe: rec.observe,
+		Logger: slog.New(slog.NewTextHandler(lb, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return lb
+}
+
+// A band stream of the worker's first queue turned into a string: the other bands of
+// that queue and every other queue are still served, the log names the key, and once
+// the key is mended its band is served again.
+func TestBrokenBandStopsNothingElse(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	qa := keys.New(e.prefix).Queue("qa")
+	if err := e.rdb.Set(e.ctx, qa.Stream(5), "not a stream", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	lb := startLoggedWorker(t, e, e.config(t, "DTQ_QUEUES", "qa,qb"), rec)
+	var ids []string
+	for _, task := range []client.Task{
+		{Queue: "qa", Function: "noop", Priority: 9},
+		{Queue: "qa", Function: "noop", Priority: 3},
+		{Queue: "qb", Function: "noop", Priority: 5},
+	} {
+		ids = append(ids, e.enqueue(t, task))
+	}
+	for _, id := range ids {
+		rec.wait(t, "task "+id, is(runtime.EventTaskSucceeded, id))
+	}
+	eventually(t, "a log line naming the broken key", func() bool { return lb.has(qa.Stream(5)) })
+	if err := e.rdb.Del(e.ctx, qa.Stream(5)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	id := e.enqueue(t, client.Task{Queue: "qa", Function: "noop", Priority: 5})
+	rec.wait(t, "the mended band's task", is(runtime.EventTaskSucceeded, id))
+}
+
+// A schedule zset of another type in one queue: delayed tasks of the other queues still
+// move, and the log names the key.
+func TestBrokenScheduleStopsNoOtherQueue(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	qa := keys.New(e.prefix).Queue("qa")
+	// qa is known (the leader schedules every known queue), its schedule broken
+	e.enqueue(t, client.Task{Queue: "qa", Function: "noop"})
+	if err := e.rdb.Set(e.ctx, qa.Schedule(), "not a zset", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	lb := startLoggedWorker(t, e, e.config(t, "DTQ_QUEUES", "qb,qa"), rec)
+	id := e.enqueue(t, client.Task{Queue: "qb", Function: "noop", Delay: 50 * time.Millisecond})
+	rec.wait(t, "the other queue's delayed task", is(runtime.EventTaskSucceeded, id))
+	eventually(t, "a log line naming the broken key", func() bool { return lb.has(qa.Schedule()) })
+}
+
+// A band broken while the worker is blocked on it: the idle read, which fails as a
+// whole, leaves that band out from then on; the poll loop does not fail.
+func TestBandBrokenUnderTheIdleRead(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	qa := keys.New(e.prefix).Queue("qa")
+	rec := newRecorder()
+	lb := startLoggedWorker(t, e, e.config(t, "DTQ_QUEUES", "qa,qb", "DTQ_POLL_BLOCK_MS", "60000"), rec)
+	eventually(t, "the worker idle on both queues", func() bool {
+		return e.rdb.ZCard(e.ctx, qa.Waiting()).Val() == 1 && e.rdb.ZCard(e.ctx, keys.New(e.prefix).Queue("qb").Waiting()).Val() == 1
+	})
+	if err := e.rdb.Set(e.ctx, qa.Stream(0), "not a stream", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		id := e.enqueue(t, client.Task{Queue: "qb", Function: "noop", Priority: 4})
+		rec.wait(t, "task "+id, is(runtime.EventTaskSucceeded, id))
+	}
+	eventually(t, "a log line naming the broken key", func() bool { return lb.has(qa.Stream(0)) })
+	if lb.has("loop failed") {
+		lb.mu.Lock()
+		defer lb.mu.Unlock()
+		t.Fatalf("the poll loop failed on the broken band:\n%s", lb.buf.String())
+	}
+}
