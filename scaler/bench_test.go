@@ -102,3 +102,40 @@ func ParseMust(r *pb.ScaledObjectRef) Metadata {
 	}
 	return m
 }
+
+// flood sends n GetMetrics calls, each naming 256 made-up queues, as an unauthenticated
+// caller can; their answers (all zero) are checked, so a flood that fails fails the
+// caller.
+func flood(tb testing.TB, f *fixture, n int) {
+	tb.Helper()
+	for i := 0; i < n; i++ {
+		qs := make([]string, 256)
+		for j := range qs {
+			qs[j] = fmt.Sprintf("junk-%d-%d", i, j)
+		}
+		r := ref("queues", strings.Join(qs, ","))
+		res, err := f.cli.GetMetrics(context.Background(), &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: ParseMust(r).Metrics()[0].Name})
+		if err != nil || res.MetricValues[0].MetricValue != 0 {
+			tb.Fatalf("flood GetMetrics = %v, %v", res, err)
+		}
+	}
+}
+
+// BenchmarkGetMetrics10x10Flooded is BenchmarkGetMetrics10x10 after 20 callers named
+// 256 made-up queues each.
+func BenchmarkGetMetrics10x10Flooded(b *testing.B) {
+	f := setup(b, nil, nil)
+	r := seedGrid(b, f, 10)
+	req := &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: ParseMust(r).Metrics()[0].Name}
+	ctx := context.Background()
+	if _, err := f.cli.GetMetrics(ctx, req); err != nil {
+		b.Fatal(err)
+	}
+	flood(b, f, 20)
+	for b.Loop() {
+		res, err := f.cli.GetMetrics(ctx, req)
+		if err != nil || res.MetricValues[0].MetricValue != 10*10*3 {
+			b.Fatalf("GetMetrics = %v, %v", res, err)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package scaler
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -43,6 +44,16 @@ func TestRedisCluster(t *testing.T) {
 	name := "dtq-" + queues[0] + "-" + queues[1] + "-" + queues[2]
 	if got[name] != want {
 		t.Fatalf("%s = %v, want %v (all: %v)", name, got[name], want, got)
+	}
+
+	// With a queue that does not exist: its EXISTS goes to its own node, it reads as
+	// zero and stays out of the shared read.
+	r = ref("queues", queues[0]+","+queues[1]+","+queues[2]+",absent")
+	if got := metricValues(t, f, r); got[name+"-absent"] != want {
+		t.Fatalf("with an absent queue: %v, want %v", got, want)
+	}
+	if w := sorted(f.s.sig.watched()); !slices.Equal(w, sorted(slices.Clone(queues[:3]))) {
+		t.Fatalf("shared read = %v, want %v", w, queues[:3])
 	}
 
 	// Push on a queue of its own node.

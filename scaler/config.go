@@ -44,6 +44,13 @@ type Config struct {
 	// PushMaxBlockMS: longest blocking read while every subscription is idle; new entries
 	// end it at once, so this only bounds how often an idle scaler resynchronises.
 	PushMaxBlockMS int `env:"DTQ_SCALER_PUSH_MAX_BLOCK_MS, default=5000"`
+	// MaxQueues bounds the queues the scaler watches, since any gRPC caller may name
+	// them: the shared read behind GetMetrics and IsActive (a queue joins it once one of
+	// its keys exists; a queue with none reads as zero from one EXISTS; an existing one
+	// beyond the bound is read for its caller alone), the distinct queues of open
+	// StreamIsActive streams (a stream beyond it is refused with ResourceExhausted), and
+	// the queues /metrics reports.
+	MaxQueues int `env:"DTQ_SCALER_MAX_QUEUES, default=1024"`
 	// ShutdownTimeoutS: how long SIGTERM waits for requests in flight.
 	ShutdownTimeoutS float64 `env:"DTQ_SCALER_SHUTDOWN_TIMEOUT_S, default=10"`
 	// LogFormat: json, text, or auto (text on a terminal, json otherwise).
@@ -51,6 +58,10 @@ type Config struct {
 	// LogLevel: debug, info, warn, error.
 	LogLevel string `env:"DTQ_LOG_LEVEL, default=info"`
 }
+
+// DefaultMaxQueues is DTQ_SCALER_MAX_QUEUES unset (and what New takes for a Config
+// built by hand without it).
+const DefaultMaxQueues = 1024
 
 // EnvVar describes one variable for --help.
 type EnvVar struct{ Name, Default, Help string }
@@ -70,6 +81,7 @@ func EnvVars() []EnvVar {
 		{"DTQ_SCALER_CACHE_TTL_MS", "1000", "GetMetrics/IsActive answer from a read at most this old"},
 		{"DTQ_SCALER_PUSH_POLL_MS", "500", "re-read interval of active StreamIsActive streams (drain detection)"},
 		{"DTQ_SCALER_PUSH_MAX_BLOCK_MS", "5000", "longest idle blocking read before a resync"},
+		{"DTQ_SCALER_MAX_QUEUES", "1024", "most queues watched: shared reads, push streams, /metrics (256 to 16384)"},
 		{"DTQ_SCALER_SHUTDOWN_TIMEOUT_S", "10", "seconds SIGTERM waits for requests in flight"},
 		{"DTQ_LOG_FORMAT", "auto", "json, text or auto"},
 		{"DTQ_LOG_LEVEL", "info", "debug, info, warn, error"},
@@ -174,6 +186,10 @@ func (c *Config) Validate() error {
 		{"DTQ_SCALER_CACHE_TTL_MS", c.CacheTTLMS, 0, 60000},
 		{"DTQ_SCALER_PUSH_POLL_MS", c.PushPollMS, 10, 60000},
 		{"DTQ_SCALER_PUSH_MAX_BLOCK_MS", c.PushMaxBlockMS, 10, 300000},
+		// At least the queues one trigger may name, so every trigger can be watched;
+		// at most what one pipelined read (about 24 commands a queue) does well within
+		// the default Redis timeout.
+		{"DTQ_SCALER_MAX_QUEUES", c.MaxQueues, MaxQueues, 16384},
 	} {
 		if f.v < f.min || f.v > f.max {
 			return bad(f.name, "%d must be between %d and %d", f.v, f.min, f.max)

@@ -3,6 +3,7 @@ package scaler
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -16,7 +17,8 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.RedisURL != "redis://127.0.0.1:6379/0" || c.KeyPrefix != "dtq" || c.Port != 8080 || c.Addr != ":6000" ||
-		c.RedisTimeoutMS != 2000 || c.CacheTTLMS != 1000 || c.PushPollMS != 500 || c.PushMaxBlockMS != 5000 {
+		c.RedisTimeoutMS != 2000 || c.CacheTTLMS != 1000 || c.PushPollMS != 500 || c.PushMaxBlockMS != 5000 ||
+		c.MaxQueues != 1024 {
 		t.Errorf("defaults = %+v", c)
 	}
 	// Every variable has a default in EnvVars matching the tag.
@@ -42,11 +44,30 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"DTQ_LOG_FORMAT":                {"DTQ_LOG_FORMAT": "xml"},
 		"DTQ_SCALER_PUSH_POLL_MS":       {"DTQ_SCALER_PUSH_POLL_MS": "-1"},
 		"DTQ_SCALER_SHUTDOWN_TIMEOUT_S": {"DTQ_SCALER_SHUTDOWN_TIMEOUT_S": "NaN"},
+		"DTQ_SCALER_MAX_QUEUES":         {"DTQ_SCALER_MAX_QUEUES": "lots"},
 	} {
 		_, err := LoadConfig(context.Background(), envconfig.MapLookuper(env))
 		var ce *ConfigError
 		if !errors.As(err, &ce) || ce.Var != name || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%v: err = %v, want one line naming %s", env, err, name)
+		}
+	}
+}
+
+// TestMaxQueuesBounds: the watched-queue bound holds at least one trigger's queues (256)
+// and at most 16384, and a value outside is refused naming the variable.
+func TestMaxQueuesBounds(t *testing.T) {
+	t.Parallel()
+	for v, ok := range map[string]bool{"256": true, "16384": true, "4096": true, "255": false, "16385": false, "0": false, "-1": false, "1e3": false} {
+		c, err := LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{"DTQ_SCALER_MAX_QUEUES": v}))
+		var ce *ConfigError
+		switch {
+		case ok && err != nil:
+			t.Errorf("%s: %v", v, err)
+		case ok && strconv.Itoa(c.MaxQueues) != v:
+			t.Errorf("%s: MaxQueues = %d", v, c.MaxQueues)
+		case !ok && (!errors.As(err, &ce) || ce.Var != "DTQ_SCALER_MAX_QUEUES"):
+			t.Errorf("%s: err = %v, want one naming DTQ_SCALER_MAX_QUEUES", v, err)
 		}
 	}
 }

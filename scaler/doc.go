@@ -28,6 +28,10 @@
 // many ScaledObjects poll at once. A signal answers them all from a cache at most
 // DTQ_SCALER_CACHE_TTL_MS old; callers that miss wait for the next read, which covers
 // every queue asked for recently in one round trip, with at most one read in flight.
+// Any gRPC caller may name queues, so the shared read is bounded: a queue joins it once
+// one of its keys exists (before, it reads as zero from one EXISTS, per call), and it
+// holds at most DTQ_SCALER_MAX_QUEUES queues (an existing queue beyond them is read for
+// its caller alone). Made-up names cost their caller only.
 // Every read is bounded by DTQ_SCALER_REDIS_TIMEOUT_MS; a failure reaches KEDA as a gRPC
 // status with an ErrorInfo reason (Unavailable for an unreachable or slow Redis,
 // FailedPrecondition for an error reply, InvalidArgument naming the key for bad

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+	"strconv"
 
 	pb "github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -24,6 +25,7 @@ const (
 	ReasonRedisTimeout     = "REDIS_TIMEOUT"
 	ReasonRedisError       = "REDIS_ERROR"
 	ReasonShuttingDown     = "SHUTTING_DOWN"
+	ReasonTooManyQueues    = "TOO_MANY_QUEUES"
 	errorDomain            = "dtq.scaler"
 )
 
@@ -117,7 +119,10 @@ func (v *service) StreamIsActive(ref *pb.ScaledObjectRef, stream grpc.ServerStre
 	if err != nil {
 		return err
 	}
-	sub := v.s.watch.subscribe(m)
+	sub, err := v.s.watch.subscribe(m)
+	if err != nil {
+		return rpcError(err)
+	}
 	defer v.s.watch.unsubscribe(sub)
 	ctx := stream.Context()
 	for {
@@ -160,9 +165,15 @@ func rpcError(err error) error {
 		return err
 	}
 	var me *MetadataError
+	var wl *watchLimitError
 	var code codes.Code
 	var reason string
 	switch {
+	case errors.As(err, &wl):
+		st := status.New(codes.ResourceExhausted, err.Error())
+		st, _ = st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonTooManyQueues, Domain: errorDomain,
+			Metadata: map[string]string{"watched": strconv.Itoa(wl.watched), "adds": strconv.Itoa(wl.adds), "max": strconv.Itoa(wl.max)}})
+		return st.Err()
 	case errors.As(err, &me):
 		st := status.New(codes.InvalidArgument, err.Error())
 		st, _ = st.WithDetails(

@@ -54,6 +54,8 @@ var (
 		"Workers by liveness, computed from heartbeat age.", []string{"liveness"}, nil)
 	descUp = prometheus.NewDesc("dtq_scaler_redis_up",
 		"1 when this scrape read Redis, 0 when it failed.", nil, nil)
+	descOmitted = prometheus.NewDesc("dtq_scaler_metrics_queues_omitted",
+		"Known queues this scrape left out: more than DTQ_SCALER_MAX_QUEUES.", nil, nil)
 )
 
 func (s *Scaler) registerMetrics() {
@@ -75,7 +77,21 @@ func (s *Scaler) registerMetrics() {
 	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "dtq_scaler_push_streams", Help: "Open StreamIsActive streams.",
 	}, func() float64 { return float64(s.watch.count()) })
-	s.reg.MustRegister(s.rpcs, reads, streams, queueCollector{s},
+	pushQueues := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "dtq_scaler_push_queues", Help: "Distinct queues the open StreamIsActive streams watch (at most DTQ_SCALER_MAX_QUEUES).",
+	}, func() float64 { return float64(s.watch.queueCount()) })
+	watched := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "dtq_scaler_watched_queues", Help: "Queues in the shared read behind GetMetrics and IsActive (at most DTQ_SCALER_MAX_QUEUES).",
+	}, func() float64 { return float64(s.sig.watchedCount()) })
+	outside := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "dtq_scaler_unwatched_queue_reads_total",
+		Help: "Queues of GetMetrics and IsActive calls answered outside the shared read: absent (no key exists, read as zero) or limit (DTQ_SCALER_MAX_QUEUES reached, read for the caller alone).",
+	}, []string{"reason"})
+	for _, r := range []string{"absent", "limit"} {
+		outside.WithLabelValues(r)
+	}
+	s.sig.outside = func(reason string, n int) { outside.WithLabelValues(reason).Add(float64(n)) }
+	s.reg.MustRegister(s.rpcs, reads, streams, pushQueues, watched, outside, queueCollector{s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
@@ -86,7 +102,7 @@ func (s *Scaler) registerMetrics() {
 type queueCollector struct{ s *Scaler }
 
 func (queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLag, descPending, descDue, descDead, descWorkers, descUp} {
+	for _, d := range []*prometheus.Desc{descLag, descPending, descDue, descDead, descWorkers, descUp, descOmitted} {
 		ch <- d
 	}
 }
@@ -95,7 +111,7 @@ func (qc queueCollector) Collect(ch chan<- prometheus.Metric) {
 	s := qc.s
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RedisTimeout())
 	defer cancel()
-	stats, workers, err := s.scrape(ctx)
+	stats, workers, omitted, err := s.scrape(ctx)
 	up := 1.0
 	if err != nil {
 		up = 0
@@ -104,6 +120,10 @@ func (qc queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up)
 	if err != nil {
 		return
+	}
+	ch <- prometheus.MustNewConstMetric(descOmitted, prometheus.GaugeValue, float64(omitted))
+	if was := s.omitting.Swap(omitted > 0); omitted > 0 && !was {
+		s.log.Warn("scaler: /metrics leaves out queues beyond DTQ_SCALER_MAX_QUEUES", "omitted", omitted, "max", s.cfg.MaxQueues)
 	}
 	for _, st := range stats {
 		if st.Err != nil {
@@ -128,34 +148,49 @@ func (qc queueCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // scrape reads every known queue and the workers: the queue set, then one pipelined
-// read of all queues, and the workers (two round trips).
-func (s *Scaler) scrape(ctx context.Context) ([]queuestat.Stat, []liveness.Worker, error) {
+// read of all queues, and the workers (two round trips). Known are the queues of the
+// queue set (producers register them) and the queues of the shared read (which hold a
+// key), at most MaxQueues of them: those of the queue set first, each part by name;
+// omitted counts the rest.
+func (s *Scaler) scrape(ctx context.Context) (stats []queuestat.Stat, workers []liveness.Worker, omitted int, err error) {
 	names, err := s.c.SMembers(ctx, s.ks.Queues()).Result()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	set := map[string]bool{}
+	var registered, watched []string
 	for _, q := range names {
-		if keys.ValidQueue(q) == nil {
+		if keys.ValidQueue(q) == nil && !set[q] {
 			set[q] = true
+			registered = append(registered, q)
 		}
 	}
 	for _, q := range s.sig.watched() {
-		set[q] = true
+		if !set[q] {
+			set[q] = true
+			watched = append(watched, q)
+		}
 	}
-	specs := make([]queuestat.Spec, 0, len(set))
-	for q := range set {
-		specs = append(specs, queuestat.Spec{Queue: q, Bands: queuestat.AllBands})
+	sort.Strings(registered)
+	sort.Strings(watched)
+	all := append(registered, watched...)
+	if len(all) > s.cfg.MaxQueues {
+		omitted = len(all) - s.cfg.MaxQueues
+		all = all[:s.cfg.MaxQueues]
 	}
-	sort.Slice(specs, func(i, j int) bool { return specs[i].Queue < specs[j].Queue })
+	sort.Strings(all)
+	specs := make([]queuestat.Spec, len(all))
+	for i, q := range all {
+		specs[i] = queuestat.Spec{Queue: q, Bands: queuestat.AllBands}
+	}
 	now := s.now()
-	stats, err := queuestat.Read(ctx, s.c, s.ks, specs, now)
+	stats, err = queuestat.Read(ctx, s.c, s.ks, specs, now)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	workers, err := liveness.List(ctx, s.c, s.ks, now)
+	workers, err = liveness.List(ctx, s.c, s.ks, now)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	return stats, workers, nil
+	return stats, workers, omitted, nil
 }

@@ -54,6 +54,7 @@ type Scaler struct {
 	rpcs   *prometheus.CounterVec
 
 	ready    atomic.Bool
+	omitting atomic.Bool // the last scrape left queues out (logged once per spell)
 	stopping chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -74,8 +75,14 @@ func New(cfg Config, c redis.UniversalClient, o Options) (*Scaler, error) {
 	}
 	s := &Scaler{cfg: cfg, c: c, ks: keys.New(cfg.KeyPrefix), log: o.Logger, now: o.Now,
 		stopping: make(chan struct{})}
+	if cfg.MaxQueues <= 0 {
+		cfg.MaxQueues = DefaultMaxQueues
+	}
+	s.cfg = cfg
 	s.sig = newSignal(c, s.ks, s.now, cfg.RedisTimeout())
+	s.sig.maxQueues = cfg.MaxQueues
 	s.watch = newWatcher(c, s.ks, s.now, s.log)
+	s.watch.maxQueues = cfg.MaxQueues
 	s.watch.timeout = cfg.RedisTimeout()
 	s.watch.poll = cfg.PushPoll()
 	s.watch.maxBlock = cfg.PushMaxBlock()

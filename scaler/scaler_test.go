@@ -37,7 +37,7 @@ type fixture struct {
 
 func testConfig(prefix string) Config {
 	return Config{RedisURL: "redis://unused", LogFormat: "text", LogLevel: "info", KeyPrefix: prefix, RedisTimeoutMS: 2000, CacheTTLMS: 0, PushPollMS: 10,
-		PushMaxBlockMS: 2000, ShutdownTimeoutS: 5, Addr: "127.0.0.1:0"}
+		PushMaxBlockMS: 2000, ShutdownTimeoutS: 5, Addr: "127.0.0.1:0", MaxQueues: 1024}
 }
 
 // setup starts a scaler over srv (the shared server when nil) on loopback listeners
@@ -63,7 +63,13 @@ func setup(t testing.TB, srv *redistest.Server, tweak func(*Config)) *fixture {
 // both stop when t ends.
 func serve(t testing.TB, c redis.UniversalClient, cfg Config) *fixture {
 	t.Helper()
-	s, err := New(cfg, c, Options{})
+	return serveWith(t, c, cfg, Options{})
+}
+
+// serveWith is serve with options (a clock).
+func serveWith(t testing.TB, c redis.UniversalClient, cfg Config, o Options) *fixture {
+	t.Helper()
+	s, err := New(cfg, c, o)
 	if err != nil {
 		t.Fatal(err)
 	}

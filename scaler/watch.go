@@ -3,6 +3,7 @@ package scaler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -49,8 +50,13 @@ type watcher struct {
 	afterUnsubscribe atomic.Pointer[func()]
 	beforeBlock      atomic.Pointer[func()]
 
-	mu   sync.Mutex
-	subs map[*subscription]struct{}
+	// maxQueues bounds the distinct queues of all subscriptions: every pass reads them
+	// all and the blocking read names their streams.
+	maxQueues int
+
+	mu     sync.Mutex
+	subs   map[*subscription]struct{}
+	queues map[string]int // subscriptions per queue
 
 	kick     chan struct{}
 	stopping chan struct{}
@@ -75,11 +81,13 @@ type subscription struct {
 func newWatcher(c redis.UniversalClient, ks keys.Space, now func() time.Time, log *slog.Logger) *watcher {
 	return &watcher{c: c, ks: ks, now: now, log: log,
 		timeout: 2 * time.Second, poll: 500 * time.Millisecond, maxBlock: 5 * time.Second,
-		minGap:   20 * time.Millisecond,
-		subs:     map[*subscription]struct{}{},
-		kick:     make(chan struct{}, 1),
-		stopping: make(chan struct{}),
-		done:     make(chan struct{}),
+		minGap:    20 * time.Millisecond,
+		maxQueues: DefaultMaxQueues,
+		subs:      map[*subscription]struct{}{},
+		queues:    map[string]int{},
+		kick:      make(chan struct{}, 1),
+		stopping:  make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 }
 
@@ -102,13 +110,37 @@ func (w *watcher) stop() {
 	}
 }
 
-// subscribe adds an open stream; its first update comes from the next pass.
-func (w *watcher) subscribe(m Metadata) *subscription {
+// watchLimitError: a subscription would take the distinct queues of all open streams
+// past the bound.
+type watchLimitError struct{ watched, adds, max int }
+
+func (e *watchLimitError) Error() string {
+	return fmt.Sprintf("open StreamIsActive streams watch %d queues; this one would add %d, past DTQ_SCALER_MAX_QUEUES=%d", e.watched, e.adds, e.max)
+}
+
+// subscribe adds an open stream; its first update comes from the next pass. It fails
+// with a *watchLimitError when the stream's queues would take the distinct queues of all
+// streams past maxQueues: one stream more must not widen every pass without bound.
+func (w *watcher) subscribe(m Metadata) (*subscription, error) {
 	s := &subscription{m: m, metric: m.Metrics()[0], updates: make(chan bool, 1), last: -1}
 	for _, q := range m.Queues {
 		s.wants = append(s.wants, want{queue: q, bands: m.Priorities, lead: m.ScheduledLead})
 	}
 	w.mu.Lock()
+	adds := 0
+	for _, q := range m.Queues {
+		if w.queues[q] == 0 {
+			adds++
+		}
+	}
+	if len(w.queues)+adds > w.maxQueues {
+		err := &watchLimitError{watched: len(w.queues), adds: adds, max: w.maxQueues}
+		w.mu.Unlock()
+		return nil, err
+	}
+	for _, q := range m.Queues {
+		w.queues[q]++
+	}
 	w.subs[s] = struct{}{}
 	w.mu.Unlock()
 	select {
@@ -116,13 +148,20 @@ func (w *watcher) subscribe(m Metadata) *subscription {
 	default:
 	}
 	w.unblock()
-	return s
+	return s, nil
 }
 
 // unsubscribe removes a stream; it costs nothing more.
 func (w *watcher) unsubscribe(s *subscription) {
 	w.mu.Lock()
-	delete(w.subs, s)
+	if _, ok := w.subs[s]; ok {
+		delete(w.subs, s)
+		for _, q := range s.m.Queues {
+			if w.queues[q]--; w.queues[q] <= 0 {
+				delete(w.queues, q)
+			}
+		}
+	}
 	w.mu.Unlock()
 	if h := w.afterUnsubscribe.Load(); h != nil {
 		(*h)()
@@ -133,6 +172,13 @@ func (w *watcher) count() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.subs)
+}
+
+// queueCount is the number of distinct queues the open streams watch.
+func (w *watcher) queueCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.queues)
 }
 
 // unblock interrupts the blocking read, if one is under way. The loop marks the epoch

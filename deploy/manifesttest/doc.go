@@ -16,6 +16,9 @@
 //     workers', and the Prometheus queries of the Cloud Run setup name metrics the
 //     scaler exports;
 //   - the user the manifests run as is the one the Dockerfile sets;
+//   - one NetworkPolicy selects the scaler pods and admits KEDA's operator to the gRPC
+//     port only and Prometheus to the HTTP port only (networkpolicy_test.go evaluates
+//     its rules as the NetworkPolicy API defines them);
 //   - a ScaledJob polls an "external" trigger (KEDA drops pushes for ScaledJobs), its
 //     Jobs run one worker each that exits by itself (DTQ_WORKER_MAX_TASKS,
 //     DTQ_WORKER_IDLE_EXIT_S) within activeDeadlineSeconds, and its scalingStrategy and

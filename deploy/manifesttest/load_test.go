@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -53,6 +54,7 @@ var kubeTypes = map[string]func() any{
 	"apps/v1/Deployment":                            func() any { return &appsv1.Deployment{} },
 	"batch/v1/Job":                                  func() any { return &batchv1.Job{} },
 	"policy/v1/PodDisruptionBudget":                 func() any { return &policyv1.PodDisruptionBudget{} },
+	"networking.k8s.io/v1/NetworkPolicy":            func() any { return &networkingv1.NetworkPolicy{} },
 	"keda.sh/v1alpha1/ScaledObject":                 func() any { return &kedav1alpha1.ScaledObject{} },
 	"keda.sh/v1alpha1/ScaledJob":                    func() any { return &kedav1alpha1.ScaledJob{} },
 	"keda.sh/v1alpha1/TriggerAuthentication":        func() any { return &kedav1alpha1.TriggerAuthentication{} },
