@@ -3,8 +3,10 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sethvargo/go-envconfig"
 
@@ -67,6 +69,33 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "\n") {
 			t.Errorf("env %v: error spans lines: %q", c.env, err)
+		}
+	}
+}
+
+// ExpBackoff stays within [cap/2, cap] for every attempt number, cap = min(base·2ⁿ⁻¹,
+// max), even where base·2ⁿ⁻¹ overflows int64 and for a max near the largest duration.
+func TestExpBackoffNeverOverflows(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ base, max time.Duration }{
+		{time.Millisecond, math.MaxInt64},
+		{time.Second, 9_200_000_000_000 * time.Millisecond}, // DTQ_RETRY_MAX_MS=9.2e12, refused now
+		{0, time.Second},
+		{math.MaxInt64 / 3, math.MaxInt64},
+		{time.Millisecond, 7 * 24 * time.Hour},
+		{time.Nanosecond, time.Nanosecond},
+	} {
+		b := runtime.ExpBackoff(c.base, c.max)
+		for _, n := range []int{0, 1, 2, 3, 10, 40, 43, 44, 45, 46, 62, 63, 64, 65, 100, 1000, 1 << 20, math.MaxInt} {
+			capped := c.max
+			if n <= 1 || c.base == 0 {
+				capped = min(c.base, c.max)
+			} else if n < 64 && c.base <= c.max>>(n-1) {
+				capped = c.base << (n - 1)
+			}
+			if d := b(n); d < capped/2 || d > capped {
+				t.Fatalf("ExpBackoff(%v, %v)(%d) = %v, want within [%v, %v]", c.base, c.max, n, d, capped/2, capped)
+			}
 		}
 	}
 }
