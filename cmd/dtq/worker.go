@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -48,14 +49,22 @@ func runWorker(args []string) int {
 		defer cancel()
 		_ = rdb.Ping(ctx).Err()
 	}()
+	// PORT is bound before any work is taken, so a port in use fails the start like a
+	// bad variable, with nothing claimed; serving it waits for the first fetch (below).
+	ln, err := net.Listen("tcp", ":"+strconv.Itoa(cfg.Port))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dtq worker: PORT: %d cannot be bound: %s\n", cfg.Port, strings.Join(strings.Fields(err.Error()), " "))
+		return exitUsage
+	}
+	defer ln.Close()
 	w, err := runtime.New(runtime.Options{Config: cfg, Redis: rdb, Registry: function.Registry(), Logger: log})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dtq worker: %v\n", err)
 		return exitUsage
 	}
 
-	// The worker starts first; the HTTP endpoints follow (probes can wait a millisecond,
-	// the first task should not).
+	// The worker starts first; serving PORT follows (probes can wait a millisecond, the
+	// first task should not).
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	runErr := make(chan error, 1)
@@ -67,12 +76,6 @@ func runWorker(args []string) int {
 	case <-w.Fetched():
 	case <-ctx.Done():
 	case <-time.After(time.Second):
-	}
-	ln, err := net.Listen("tcp", ":"+strconv.Itoa(cfg.Port))
-	if err != nil {
-		stop()
-		<-runErr
-		return fail("worker", fmt.Errorf("PORT %d: %w", cfg.Port, err))
 	}
 	srv := &http.Server{Handler: w.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
