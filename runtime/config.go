@@ -68,6 +68,10 @@ type Config struct {
 	// IdleExitS: a worker with nothing running and nothing arriving for this many seconds
 	// drains and exits 0 (0 = never): a ScaledJob's worker ends when the queue is empty.
 	IdleExitS float64 `env:"DTQ_WORKER_IDLE_EXIT_S, default=0"`
+	// RedisFatalAfterS: how long Redis may refuse the worker in a way no wait heals (a
+	// wrong password, a missing ACL permission, a database number out of range) before
+	// it exits 3 (0 = at the first refusal).
+	RedisFatalAfterS float64 `env:"DTQ_REDIS_FATAL_AFTER_S, default=10"`
 	// Pprof serves net/http/pprof under /debug/pprof/ on PORT.
 	Pprof bool `env:"DTQ_PPROF, default=false"`
 }
@@ -103,6 +107,7 @@ func EnvVars() []EnvVar {
 		{"DTQ_LOG_LEVEL", "info", "debug, info, warn, error"},
 		{"DTQ_WORKER_MAX_TASKS", "0", "drain and exit 0 after starting this many tasks (0 = no limit; ScaledJob)"},
 		{"DTQ_WORKER_IDLE_EXIT_S", "0", "drain and exit 0 after this many idle seconds (0 = never; ScaledJob)"},
+		{"DTQ_REDIS_FATAL_AFTER_S", "10", "seconds Redis may refuse the worker (password, ACL, DB number) before it exits 3 (0 = at once)"},
 		{"DTQ_PPROF", "false", "serve /debug/pprof/ on PORT (profiling)"},
 	}
 	for i, v := range vars {
@@ -152,6 +157,7 @@ var limits = map[string]limit{
 	"DTQ_DEFAULT_TIMEOUT_S":     {0, week, "seconds"},
 	"DTQ_WORKER_MAX_TASKS":      {0, 1_000_000_000, ""},
 	"DTQ_WORKER_IDLE_EXIT_S":    {0, day, "seconds"},
+	"DTQ_REDIS_FATAL_AFTER_S":   {0, 3600, "seconds"},
 }
 
 // ConfigError names the variable a bad value came from.
@@ -218,6 +224,7 @@ func (c *Config) Validate() error {
 		{"DTQ_DEFAULT_TIMEOUT_S", c.DefaultTimeoutS},
 		{"DTQ_WORKER_MAX_TASKS", float64(c.MaxTasks)},
 		{"DTQ_WORKER_IDLE_EXIT_S", c.IdleExitS},
+		{"DTQ_REDIS_FATAL_AFTER_S", c.RedisFatalAfterS},
 	} {
 		// NaN fails both comparisons: !(in range) catches it, and ±Inf is out of range.
 		if l := limits[f.name]; !(f.v >= l.min && f.v <= l.max) {

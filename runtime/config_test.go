@@ -126,6 +126,7 @@ func TestConfigBoundsEveryNumber(t *testing.T) {
 		{"DTQ_DEFAULT_TIMEOUT_S", "0", "604800", "-0.001", "604800.001", nil},
 		{"DTQ_WORKER_MAX_TASKS", "0", "1000000000", "-1", "1000000001", nil},
 		{"DTQ_WORKER_IDLE_EXIT_S", "0", "86400", "-0.001", "86400.001", nil},
+		{"DTQ_REDIS_FATAL_AFTER_S", "0", "3600", "-0.001", "3600.001", nil},
 	} {
 		load := func(v string) error {
 			env := map[string]string{c.name: v}
