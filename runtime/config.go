@@ -5,7 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -68,6 +68,10 @@ type Config struct {
 	// IdleExitS: a worker with nothing running and nothing arriving for this many seconds
 	// drains and exits 0 (0 = never): a ScaledJob's worker ends when the queue is empty.
 	IdleExitS float64 `env:"DTQ_WORKER_IDLE_EXIT_S, default=0"`
+	// RedisFatalAfterS: how long Redis may refuse the worker in a way no wait heals (a
+	// wrong password, a missing ACL permission, a database number out of range) before
+	// it exits 3 (0 = at the first refusal).
+	RedisFatalAfterS float64 `env:"DTQ_REDIS_FATAL_AFTER_S, default=10"`
 	// Pprof serves net/http/pprof under /debug/pprof/ on PORT.
 	Pprof bool `env:"DTQ_PPROF, default=false"`
 }
@@ -75,9 +79,10 @@ type Config struct {
 // EnvVar describes one variable for --help.
 type EnvVar struct{ Name, Default, Help string }
 
-// EnvVars lists every variable the worker reads, with its default.
+// EnvVars lists every variable the worker reads, with its default; the help of a
+// numeric one ends with its accepted range.
 func EnvVars() []EnvVar {
-	return []EnvVar{
+	vars := []EnvVar{
 		{"DTQ_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis: redis://, rediss://, redis+cluster://, redis+sentinel://"},
 		{"DTQ_REDIS_CA_FILE", "", "PEM CA bundle trusted for rediss://"},
 		{"DTQ_KEY_PREFIX", "dtq", "prefix of every Redis key"},
@@ -87,23 +92,72 @@ func EnvVars() []EnvVar {
 		{"DTQ_HEARTBEAT_INTERVAL_S", "5", "seconds between heartbeats (< visibility timeout)"},
 		{"DTQ_DRAIN_TIMEOUT_S", "30", "seconds SIGTERM waits for running functions"},
 		{"DTQ_WORKER_ID", "worker-<8 hex>", "consumer name, lock token, metrics label"},
-		{"PORT", "8080", "HTTP port for /healthz, /readyz, /metrics"},
+		{"PORT", "8080", "HTTP port for /healthz, /readyz, /metrics (0 = any free port)"},
 		{"DTQ_MAX_PAYLOAD_BYTES", "1048576", "largest payload accepted"},
 		{"DTQ_RESULT_TTL_S", "86400", "seconds finished task records are kept (0 = forever)"},
 		{"DTQ_POLL_BLOCK_MS", "30000", "longest idle blocking read (new work and SIGTERM end it at once)"},
 		{"DTQ_SCHEDULER_INTERVAL_S", "1", "seconds between scheduler passes (plus up to a fifth, at random)"},
-		{"DTQ_SCHEDULER_LOCK_TTL_MS", "10000", "scheduler leader lock lifetime"},
+		{"DTQ_SCHEDULER_LOCK_TTL_MS", "10000", "scheduler leader lock lifetime (> the interval; a killed leader holds it this long)"},
 		{"DTQ_EVENTS_MAXLEN", "10000", "approximate cap of the events stream (0 = off)"},
 		{"DTQ_EVENTS_VERBOSE", "false", "also publish TASK_STARTED and TASK_SUCCEEDED"},
-		{"DTQ_RETRY_BASE_MS", "1000", "first retry backoff (exponential, full jitter)"},
+		{"DTQ_RETRY_BASE_MS", "1000", "first retry backoff (exponential, full jitter; <= DTQ_RETRY_MAX_MS)"},
 		{"DTQ_RETRY_MAX_MS", "600000", "longest retry backoff"},
 		{"DTQ_DEFAULT_TIMEOUT_S", "1800", "function time limit when none is set (0 = none)"},
 		{"DTQ_LOG_FORMAT", "auto", "json, text or auto"},
 		{"DTQ_LOG_LEVEL", "info", "debug, info, warn, error"},
 		{"DTQ_WORKER_MAX_TASKS", "0", "drain and exit 0 after starting this many tasks (0 = no limit; ScaledJob)"},
 		{"DTQ_WORKER_IDLE_EXIT_S", "0", "drain and exit 0 after this many idle seconds (0 = never; ScaledJob)"},
+		{"DTQ_REDIS_FATAL_AFTER_S", "10", "seconds Redis may refuse the worker (password, ACL, DB number) before it exits 3 (0 = at once)"},
 		{"DTQ_PPROF", "false", "serve /debug/pprof/ on PORT (profiling)"},
 	}
+	for i, v := range vars {
+		if l, ok := limits[v.Name]; ok {
+			vars[i].Help += "; " + l.String()
+		}
+	}
+	return vars
+}
+
+// limit is the accepted range of a numeric variable.
+type limit struct {
+	min, max float64
+	unit     string // "seconds", "ms", "bytes" or ""
+}
+
+func (l limit) String() string {
+	s := strconv.FormatFloat(l.min, 'f', -1, 64) + ".." + strconv.FormatFloat(l.max, 'f', -1, 64)
+	if l.unit != "" {
+		s += " " + l.unit
+	}
+	return s
+}
+
+const (
+	day  = 86400
+	week = 7 * day
+	year = 365 * day
+)
+
+// limits bound every numeric variable: a value outside is an error at start, not an
+// overflow or a wait of years later.
+var limits = map[string]limit{
+	"DTQ_WORKER_CONCURRENCY":    {1, 100000, ""},
+	"DTQ_VISIBILITY_TIMEOUT_S":  {0.05, day, "seconds"},
+	"DTQ_HEARTBEAT_INTERVAL_S":  {0.01, 3600, "seconds"},
+	"DTQ_DRAIN_TIMEOUT_S":       {0, day, "seconds"},
+	"PORT":                      {0, 65535, ""},
+	"DTQ_MAX_PAYLOAD_BYTES":     {1, 512 << 20, "bytes"},
+	"DTQ_RESULT_TTL_S":          {0, year, "seconds"},
+	"DTQ_POLL_BLOCK_MS":         {1, 60000, "ms"},
+	"DTQ_SCHEDULER_INTERVAL_S":  {0.01, 60, "seconds"},
+	"DTQ_SCHEDULER_LOCK_TTL_MS": {100, 600000, "ms"},
+	"DTQ_EVENTS_MAXLEN":         {0, 100_000_000, ""},
+	"DTQ_RETRY_BASE_MS":         {0, week * 1000, "ms"},
+	"DTQ_RETRY_MAX_MS":          {0, week * 1000, "ms"},
+	"DTQ_DEFAULT_TIMEOUT_S":     {0, week, "seconds"},
+	"DTQ_WORKER_MAX_TASKS":      {0, 1_000_000_000, ""},
+	"DTQ_WORKER_IDLE_EXIT_S":    {0, day, "seconds"},
+	"DTQ_REDIS_FATAL_AFTER_S":   {0, 3600, "seconds"},
 }
 
 // ConfigError names the variable a bad value came from.
@@ -150,52 +204,41 @@ func (c *Config) Validate() error {
 		}
 		seen[q] = true
 	}
-	if c.Concurrency < 1 || c.Concurrency > 100000 {
-		return bad("DTQ_WORKER_CONCURRENCY", "%d must be between 1 and 100000", c.Concurrency)
-	}
 	for _, f := range []struct {
 		name string
 		v    float64
-		min  float64
 	}{
-		{"DTQ_VISIBILITY_TIMEOUT_S", c.VisibilityTimeoutS, 0.05},
-		{"DTQ_HEARTBEAT_INTERVAL_S", c.HeartbeatIntervalS, 0.01},
-		{"DTQ_DRAIN_TIMEOUT_S", c.DrainTimeoutS, 0},
-		{"DTQ_RESULT_TTL_S", c.ResultTTLS, 0},
-		{"DTQ_SCHEDULER_INTERVAL_S", c.SchedulerIntervalS, 0.01},
-		{"DTQ_DEFAULT_TIMEOUT_S", c.DefaultTimeoutS, 0},
-		{"DTQ_WORKER_IDLE_EXIT_S", c.IdleExitS, 0},
+		{"DTQ_WORKER_CONCURRENCY", float64(c.Concurrency)},
+		{"DTQ_VISIBILITY_TIMEOUT_S", c.VisibilityTimeoutS},
+		{"DTQ_HEARTBEAT_INTERVAL_S", c.HeartbeatIntervalS},
+		{"DTQ_DRAIN_TIMEOUT_S", c.DrainTimeoutS},
+		{"PORT", float64(c.Port)},
+		{"DTQ_MAX_PAYLOAD_BYTES", float64(c.MaxPayloadBytes)},
+		{"DTQ_RESULT_TTL_S", c.ResultTTLS},
+		{"DTQ_POLL_BLOCK_MS", float64(c.PollBlockMS)},
+		{"DTQ_SCHEDULER_INTERVAL_S", c.SchedulerIntervalS},
+		{"DTQ_SCHEDULER_LOCK_TTL_MS", float64(c.SchedulerLockTTLMS)},
+		{"DTQ_EVENTS_MAXLEN", float64(c.EventsMaxLen)},
+		{"DTQ_RETRY_BASE_MS", float64(c.RetryBaseMS)},
+		{"DTQ_RETRY_MAX_MS", float64(c.RetryMaxMS)},
+		{"DTQ_DEFAULT_TIMEOUT_S", c.DefaultTimeoutS},
+		{"DTQ_WORKER_MAX_TASKS", float64(c.MaxTasks)},
+		{"DTQ_WORKER_IDLE_EXIT_S", c.IdleExitS},
+		{"DTQ_REDIS_FATAL_AFTER_S", c.RedisFatalAfterS},
 	} {
-		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < f.min || f.v > 365*86400 {
-			return bad(f.name, "%v must be a number of seconds between %v and one year", f.v, f.min)
+		// NaN fails both comparisons: !(in range) catches it, and ±Inf is out of range.
+		if l := limits[f.name]; !(f.v >= l.min && f.v <= l.max) {
+			return bad(f.name, "%v must be within %s", f.v, l)
 		}
 	}
 	if c.HeartbeatIntervalS >= c.VisibilityTimeoutS {
 		return bad("DTQ_HEARTBEAT_INTERVAL_S", "%v must be below DTQ_VISIBILITY_TIMEOUT_S (%v), or live workers' tasks get reclaimed", c.HeartbeatIntervalS, c.VisibilityTimeoutS)
 	}
-	if c.Port < 0 || c.Port > 65535 {
-		return bad("PORT", "%d is not a TCP port", c.Port)
-	}
-	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > 512<<20 {
-		return bad("DTQ_MAX_PAYLOAD_BYTES", "%d must be between 1 and 536870912", c.MaxPayloadBytes)
-	}
-	if c.PollBlockMS < 1 || c.PollBlockMS > 60000 {
-		return bad("DTQ_POLL_BLOCK_MS", "%d must be between 1 and 60000", c.PollBlockMS)
-	}
-	if c.SchedulerLockTTLMS < 100 {
-		return bad("DTQ_SCHEDULER_LOCK_TTL_MS", "%d must be at least 100", c.SchedulerLockTTLMS)
-	}
 	if float64(c.SchedulerLockTTLMS) <= c.SchedulerIntervalS*1000 {
 		return bad("DTQ_SCHEDULER_LOCK_TTL_MS", "%d must exceed the scheduler interval (%vs) or the leader loses its lock between passes", c.SchedulerLockTTLMS, c.SchedulerIntervalS)
 	}
-	if c.MaxTasks < 0 {
-		return bad("DTQ_WORKER_MAX_TASKS", "%d must not be negative", c.MaxTasks)
-	}
-	if c.EventsMaxLen < 0 {
-		return bad("DTQ_EVENTS_MAXLEN", "%d must not be negative", c.EventsMaxLen)
-	}
-	if c.RetryBaseMS < 0 || c.RetryMaxMS < c.RetryBaseMS {
-		return bad("DTQ_RETRY_MAX_MS", "backoff base %d and max %d: want 0 <= base <= max", c.RetryBaseMS, c.RetryMaxMS)
+	if c.RetryMaxMS < c.RetryBaseMS {
+		return bad("DTQ_RETRY_MAX_MS", "%d must not be below DTQ_RETRY_BASE_MS (%d)", c.RetryMaxMS, c.RetryBaseMS)
 	}
 	switch c.LogFormat {
 	case "auto", "json", "text":

@@ -3,8 +3,11 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"math"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sethvargo/go-envconfig"
 
@@ -67,6 +70,127 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "\n") {
 			t.Errorf("env %v: error spans lines: %q", c.env, err)
+		}
+	}
+}
+
+// ExpBackoff stays within [cap/2, cap] for every attempt number, cap = min(base·2ⁿ⁻¹,
+// max), even where base·2ⁿ⁻¹ overflows int64 and for a max near the largest duration.
+func TestExpBackoffNeverOverflows(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ base, max time.Duration }{
+		{time.Millisecond, math.MaxInt64},
+		{time.Second, 9_200_000_000_000 * time.Millisecond}, // DTQ_RETRY_MAX_MS=9.2e12, refused now
+		{0, time.Second},
+		{math.MaxInt64 / 3, math.MaxInt64},
+		{time.Millisecond, 7 * 24 * time.Hour},
+		{time.Nanosecond, time.Nanosecond},
+	} {
+		b := runtime.ExpBackoff(c.base, c.max)
+		for _, n := range []int{0, 1, 2, 3, 10, 40, 43, 44, 45, 46, 62, 63, 64, 65, 100, 1000, 1 << 20, math.MaxInt} {
+			capped := c.max
+			if n <= 1 || c.base == 0 {
+				capped = min(c.base, c.max)
+			} else if n < 64 && c.base <= c.max>>(n-1) {
+				capped = c.base << (n - 1)
+			}
+			if d := b(n); d < capped/2 || d > capped {
+				t.Fatalf("ExpBackoff(%v, %v)(%d) = %v, want within [%v, %v]", c.base, c.max, n, d, capped/2, capped)
+			}
+		}
+	}
+}
+
+// Every duration and count has a lower and an upper bound: the bounds are accepted,
+// just past them is refused, and so are overflowing values, NaN, ±Inf and negatives;
+// --help states each range.
+func TestConfigBoundsEveryNumber(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, min, max, below, above string
+		other                        map[string]string // keeps cross-variable rules out of the way
+	}{
+		{"DTQ_WORKER_CONCURRENCY", "1", "100000", "0", "100001", nil},
+		{"DTQ_VISIBILITY_TIMEOUT_S", "0.05", "86400", "0.0499", "86400.001", map[string]string{"DTQ_HEARTBEAT_INTERVAL_S": "0.01"}},
+		{"DTQ_HEARTBEAT_INTERVAL_S", "0.01", "3600", "0.0099", "3600.001", map[string]string{"DTQ_VISIBILITY_TIMEOUT_S": "86400"}},
+		{"DTQ_DRAIN_TIMEOUT_S", "0", "86400", "-0.001", "86400.001", nil},
+		{"PORT", "0", "65535", "-1", "65536", nil},
+		{"DTQ_MAX_PAYLOAD_BYTES", "1", "536870912", "0", "536870913", nil},
+		{"DTQ_RESULT_TTL_S", "0", "31536000", "-0.001", "31536000.001", nil},
+		{"DTQ_POLL_BLOCK_MS", "1", "60000", "0", "60001", nil},
+		{"DTQ_SCHEDULER_INTERVAL_S", "0.01", "60", "0.0099", "60.001", map[string]string{"DTQ_SCHEDULER_LOCK_TTL_MS": "600000"}},
+		{"DTQ_SCHEDULER_LOCK_TTL_MS", "100", "600000", "99", "600001", map[string]string{"DTQ_SCHEDULER_INTERVAL_S": "0.05"}},
+		{"DTQ_EVENTS_MAXLEN", "0", "100000000", "-1", "100000001", nil},
+		{"DTQ_RETRY_BASE_MS", "0", "604800000", "-1", "604800001", map[string]string{"DTQ_RETRY_MAX_MS": "604800000"}},
+		{"DTQ_RETRY_MAX_MS", "0", "604800000", "-1", "604800001", map[string]string{"DTQ_RETRY_BASE_MS": "0"}},
+		{"DTQ_DEFAULT_TIMEOUT_S", "0", "604800", "-0.001", "604800.001", nil},
+		{"DTQ_WORKER_MAX_TASKS", "0", "1000000000", "-1", "1000000001", nil},
+		{"DTQ_WORKER_IDLE_EXIT_S", "0", "86400", "-0.001", "86400.001", nil},
+		{"DTQ_REDIS_FATAL_AFTER_S", "0", "3600", "-0.001", "3600.001", nil},
+	} {
+		load := func(v string) error {
+			env := map[string]string{c.name: v}
+			for k, x := range c.other {
+				env[k] = x
+			}
+			_, err := runtime.LoadConfig(context.Background(), envconfig.MapLookuper(env))
+			return err
+		}
+		for _, v := range []string{c.min, c.max} {
+			if err := load(v); err != nil {
+				t.Errorf("%s=%s (a bound) refused: %v", c.name, v, err)
+			}
+		}
+		for _, v := range []string{c.below, c.above, "-1", "NaN", "Inf", "-Inf", "1e400", "9223372036854775807",
+			"9223372036854775808", "-9223372036854775809", "9.3e12", "1e19"} {
+			err := load(v)
+			var ce *runtime.ConfigError
+			if !errors.As(err, &ce) || ce.Var != c.name || strings.ContainsAny(err.Error(), "\n\r") {
+				t.Errorf("%s=%s: err = %v, want one line naming %s", c.name, v, err, c.name)
+			}
+		}
+		found := false
+		for _, v := range runtime.EnvVars() {
+			if v.Name == c.name {
+				found = true
+				if !strings.Contains(v.Help, c.min+".."+c.max) {
+					t.Errorf("%s: help %q does not state its range %s..%s", c.name, v.Help, c.min, c.max)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s is not in EnvVars", c.name)
+		}
+	}
+}
+
+// README.md's configuration table lists every variable --help lists, with the same
+// range.
+func TestReadmeTableMatchesEnvVars(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(readme), "\n") {
+		if first, _, ok := strings.Cut(strings.TrimPrefix(line, "| "), " |"); ok && strings.HasPrefix(line, "| `") {
+			for _, name := range strings.Split(first, ", ") {
+				rows[strings.Trim(name, "`")] = line
+			}
+		}
+	}
+	for _, v := range runtime.EnvVars() {
+		row, ok := rows[v.Name]
+		if !ok {
+			t.Errorf("README.md has no row for %s", v.Name)
+			continue
+		}
+		if i := strings.LastIndex(v.Help, "; "); i >= 0 && strings.Contains(v.Help[i:], "..") {
+			rng := strings.Fields(v.Help[i+2:])[0]
+			if !strings.Contains(row, "| "+rng) {
+				t.Errorf("README.md's row of %s lacks its range %s: %s", v.Name, rng, row)
+			}
 		}
 	}
 }

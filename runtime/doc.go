@@ -143,9 +143,19 @@
 //     DTQ_MAX_PAYLOAD_BYTES are killed at claim with a clear error.
 //   - Cold start: the first fetch comes first. Executors start on demand; the reaper and
 //     scheduler loops, the first heartbeat and the runtime metrics begin once the first
-//     fetch returned (the worker is "starting", not ready, until then), and dtq worker
-//     brings its HTTP endpoints up after it. Each first run of a code path costs page
-//     faults, which on a small VM are the bulk of a cold start.
+//     fetch returned and Redis has answered (the worker is "starting", not ready, until
+//     then; "worker: started" is logged only then), and dtq worker serves its HTTP
+//     endpoints after it — having bound PORT before anything else, so that a port in use
+//     exits 2 with no task claimed. Each first run of a code path costs page faults,
+//     which on a small VM are the bulk of a cold start.
+//   - Redis health: the hook that counts round trips hands every outcome to a
+//     redisconn.Health (one atomic load per answered command, no pings). Readiness
+//     follows it: /readyz is 503, with the reason, from the first round trip that found
+//     Redis unreachable until the next reply. A refusal no wait heals (a wrong password,
+//     a missing ACL permission, a database number out of range: redisconn.Classify) that
+//     lasts DTQ_REDIS_FATAL_AFTER_S — no command answered since, or for a permission, not
+//     the command refused — drains the worker and ends Run with ErrRedisRefused: dtq
+//     worker logs the cause once and exits 3.
 //   - Events are best-effort: a bounded buffer flushed in pipelines by one goroutine,
 //     XADD MAXLEN ~ DTQ_EVENTS_MAXLEN; per-task TASK_STARTED/TASK_SUCCEEDED only with
 //     DTQ_EVENTS_VERBOSE (they would double the writes per task).

@@ -15,8 +15,9 @@ const (
 	PathMetrics = "/metrics"
 )
 
-// Handler serves /healthz (the process is up), /readyz (the worker takes work: false
-// while starting and once draining) and /metrics (Prometheus).
+// Handler serves /healthz (the process is up), /readyz (the worker takes work: 503
+// while starting, once draining and while Redis does not answer it, with the reason)
+// and /metrics (Prometheus).
 func (w *Worker) Handler() http.Handler {
 	e := echo.New()
 	e.HideBanner = true
@@ -25,15 +26,32 @@ func (w *Worker) Handler() http.Handler {
 		return c.JSON(http.StatusOK, map[string]any{"ok": true, "worker_id": w.id, "status": w.status()})
 	})
 	e.GET(PathReadyz, func(c echo.Context) error {
-		code := http.StatusOK
+		body := map[string]any{"ready": true, "worker_id": w.id, "status": w.status(), "inflight": w.inflight.Load(), "redis_up": w.redis.Up()}
 		if !w.Ready() {
-			code = http.StatusServiceUnavailable
+			body["ready"] = false
+			body["reason"] = w.notReadyReason()
+			return c.JSON(http.StatusServiceUnavailable, body)
 		}
-		return c.JSON(code, map[string]any{"ready": code == http.StatusOK, "worker_id": w.id, "status": w.status(), "inflight": w.inflight.Load()})
+		return c.JSON(http.StatusOK, body)
 	})
 	e.GET(PathMetrics, echo.WrapHandler(promhttp.HandlerFor(w.metrics.reg, promhttp.HandlerOpts{})))
 	if w.cfg.Pprof {
 		e.GET("/debug/pprof/*", echo.WrapHandler(http.DefaultServeMux))
 	}
 	return e
+}
+
+// notReadyReason says why Ready is false: the worker's state first, then Redis.
+func (w *Worker) notReadyReason() string {
+	switch w.state.Load() {
+	case stateDraining, stateStopped:
+		return "draining"
+	}
+	if r := w.redis.Reason(); r != "" {
+		return r
+	}
+	if w.state.Load() == stateStarting {
+		return "starting"
+	}
+	return "" // ready again since the check
 }

@@ -36,6 +36,7 @@ type metrics struct {
 	eventsDropped prometheus.Counter
 	scheduled     prometheus.Counter
 	roundTrips    prometheus.Counter
+	redisUp       prometheus.Gauge
 	handoffs      prometheus.Counter
 	rescued       prometheus.Counter
 
@@ -81,6 +82,8 @@ func newMetrics(workerID string) *metrics {
 			Help: "Delayed tasks and retries this worker's scheduler put on their streams."}),
 		roundTrips: prometheus.NewCounter(prometheus.CounterOpts{Name: "dtq_worker_redis_roundtrips_total", ConstLabels: l,
 			Help: "Commands and pipelines sent to Redis (network round trips)."}),
+		redisUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "dtq_worker_redis_up", ConstLabels: l,
+			Help: "1 while Redis answers the worker's commands; 0 before its first answer, while it is unreachable and while it refuses the worker."}),
 		handoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "dtq_worker_handoffs_total", ConstLabels: l,
 			Help: "Tasks an enqueue started for this worker while it waited idle (no claim round trip)."}),
 		rescued: prometheus.NewCounter(prometheus.CounterOpts{Name: "dtq_worker_handoffs_rescued_total", ConstLabels: l,
@@ -88,7 +91,7 @@ func newMetrics(workerID string) *metrics {
 		byFunc: map[string]*funcMetrics{},
 	}
 	reg.MustRegister(m.inflight, m.concurrency, m.leader, m.draining, m.tasks, m.duration, m.pickup,
-		m.loopRestarts, m.redisErrors, m.eventsDropped, m.scheduled, m.roundTrips, m.handoffs, m.rescued)
+		m.loopRestarts, m.redisErrors, m.eventsDropped, m.scheduled, m.roundTrips, m.redisUp, m.handoffs, m.rescued)
 	return m
 }
 

@@ -122,7 +122,11 @@ func ExpBackoff(base, max time.Duration) Backoff {
 			n = 1
 		}
 		d := base
-		for i := 1; i < n && d < max; i++ {
+		for i := 1; i < n && d > 0 && d < max; i++ {
+			if d > max/2 {
+				d = max // doubling would pass max (and, near the largest duration, overflow)
+				break
+			}
 			d *= 2
 		}
 		if d > max {

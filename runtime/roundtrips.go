@@ -2,28 +2,101 @@ package runtime
 
 import (
 	"context"
+	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/redisconn"
 )
 
 // roundTrips counts what the worker's client sends to Redis: one per command or
 // pipeline, i.e. per network round trip. dtq_worker_redis_roundtrips_total shows what an
-// idle worker costs.
-type roundTrips struct{ c prometheus.Counter }
+// idle worker costs. It also hands every outcome to the worker's Redis health, which
+// readiness follows: no pings of its own, and one atomic load per answered command.
+type roundTrips struct {
+	c prometheus.Counter
+	h *redisconn.Health
+}
 
 func (h roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.c.Inc()
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		h.h.Observe(cmd, err)
+		return err
 	}
 }
 
 func (h roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.c.Inc()
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		h.h.ObservePipeline(cmds, err)
+		return err
 	}
+}
+
+// ErrRedisRefused is what Run's error wraps (errors.Is) when Redis refused the worker
+// for DTQ_REDIS_FATAL_AFTER_S in a way no wait heals (a wrong password, a missing ACL
+// permission, a database number out of range); errors.As finds the
+// *redisconn.RefusedError with the cause.
+var ErrRedisRefused = errors.New("redis refuses the worker")
+
+type refusedError struct{ err error }
+
+func (e refusedError) Error() string   { return e.err.Error() }
+func (e refusedError) Unwrap() []error { return []error{ErrRedisRefused, e.err} }
+
+// redisHealth is the worker's view of Redis, fed by roundTrips.
+type redisHealth = redisconn.Health
+
+func newRedisHealth(w *Worker) *redisconn.Health {
+	return redisconn.NewHealth(redisconn.HealthOptions{
+		FatalAfter: seconds(w.cfg.RedisFatalAfterS),
+		URL:        w.cfg.RedisURL,
+		Logger:     w.log,
+		OnChange: func(up bool) {
+			if up {
+				w.metrics.redisUp.Set(1)
+			} else {
+				w.metrics.redisUp.Set(0)
+			}
+		},
+	})
+}
+
+// RedisUp reports whether Redis answered the worker's latest command (and refuses
+// none): readiness follows it.
+func (w *Worker) RedisUp() bool { return w.redis.Up() }
+
+// RedisReason says why Redis is not up for the worker ("" when it is), without secrets.
+func (w *Worker) RedisReason() string { return w.redis.Reason() }
+
+// awaitRedis waits for Redis' first answer, and reports whether it came (false: the
+// worker was stopped, or Redis refused it for good, before that).
+func (w *Worker) awaitRedis(ctx context.Context) bool {
+	select {
+	case <-w.redis.Answered():
+		return true
+	default:
+	}
+	select {
+	case <-w.redis.Answered():
+		return true
+	case <-ctx.Done():
+	case <-w.quit:
+	case <-w.redis.Refused():
+	}
+	return false
+}
+
+// refusal is Run's error when Redis refused the worker for good, else nil.
+func (w *Worker) refusal() error {
+	if err := w.redis.Err(); err != nil {
+		return refusedError{err}
+	}
+	return nil
 }

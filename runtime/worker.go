@@ -52,6 +52,7 @@ type Worker struct {
 
 	metrics *metrics
 	events  *events
+	redis   *redisHealth // readiness follows it; a refusal for good ends Run
 
 	state     atomic.Int32
 	inflight  atomic.Int64
@@ -161,7 +162,8 @@ func New(o Options) (*Worker, error) {
 		w.byName[q] = kq
 	}
 	w.metrics = newMetrics(w.id)
-	w.rdb.AddHook(roundTrips{w.metrics.roundTrips})
+	w.redis = newRedisHealth(w)
+	w.rdb.AddHook(roundTrips{w.metrics.roundTrips, w.redis})
 	w.metrics.concurrency.Set(float64(cfg.Concurrency))
 	w.events = newEvents(w.rdb, w.ks.Events(), cfg.EventsMaxLen, w.log, o.Observe, w.metrics.eventsDropped.Inc)
 	w.fetchCtx, w.stopFetch = context.WithCancel(context.Background())
@@ -176,8 +178,9 @@ func (w *Worker) Fetched() <-chan struct{} { return w.firstFetch }
 // ID is the worker id: consumer name, lock token, metrics label.
 func (w *Worker) ID() string { return w.id }
 
-// Ready reports whether the worker takes work (false while starting and once draining).
-func (w *Worker) Ready() bool { return w.state.Load() == stateRunning }
+// Ready reports whether the worker takes work: false while starting, once draining,
+// and while Redis does not answer it.
+func (w *Worker) Ready() bool { return w.state.Load() == stateRunning && w.redis.Up() }
 
 // Draining reports whether the worker has begun to drain.
 func (w *Worker) Draining() bool { return w.state.Load() >= stateDraining }
@@ -192,7 +195,9 @@ func (w *Worker) publish(ev Event) {
 
 // Run serves until ctx ends, then drains: it stops fetching, waits up to the drain
 // timeout for running functions, cancels the rest and hands their entries back, and
-// returns once the final heartbeat is written. Call Run once.
+// returns once the final heartbeat is written. Call Run once. It returns nil, or an
+// error wrapping ErrRedisRefused when Redis refused the worker for good (it then
+// drains as on SIGTERM).
 func (w *Worker) Run(ctx context.Context) error {
 	w.startedAt = w.now()
 	w.active.Store(w.startedAt.UnixNano())
@@ -217,6 +222,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	start("poll", w.pollLoop)
 	<-w.firstFetch // the poll loop closes it after its first fetch (the drain too)
+	// "Started" means Redis answered: if that fetch failed, wait for its first reply.
+	answered := w.awaitRedis(ctx)
 	w.state.Store(stateRunning)
 	started := make(chan struct{})
 	go func() { defer close(started); w.heartbeatOnce(context.Background()) }()
@@ -231,12 +238,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.lastBeat.Store(0) // the first loop pass says "ready" at once
 		w.supervise(hbCtx, "heartbeat", w.heartbeatLoop)
 	}()
-	w.publish(Event{Type: EventWorkerStarted})
-	w.log.Info("worker: started", "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
+	if answered {
+		w.publish(Event{Type: EventWorkerStarted})
+		w.log.Info("worker: started", "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
+	}
 
 	select {
 	case <-ctx.Done():
 	case <-w.quit:
+	case <-w.redis.Refused():
 	}
 	w.drain(&loops)
 	stopHB()
@@ -246,7 +256,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.events.close()
 	w.blocker.close()
 	w.log.Info("worker: stopped")
-	return nil
+	return w.refusal()
 }
 
 // stopSelf begins the drain from inside (a task limit or the idle time reached), as a

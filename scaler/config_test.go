@@ -71,3 +71,45 @@ func TestMaxQueuesBounds(t *testing.T) {
 		}
 	}
 }
+
+// Every number has both bounds: they are accepted, just past them is refused, and so
+// are overflowing values, NaN, ±Inf and negatives; --help states each range.
+func TestConfigBoundsEveryNumber(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, min, max, below, above string }{
+		{"PORT", "0", "65535", "-1", "65536"},
+		{"DTQ_SCALER_REDIS_TIMEOUT_MS", "10", "60000", "9", "60001"},
+		{"DTQ_SCALER_CACHE_TTL_MS", "0", "60000", "-1", "60001"},
+		{"DTQ_SCALER_PUSH_POLL_MS", "10", "60000", "9", "60001"},
+		{"DTQ_SCALER_PUSH_MAX_BLOCK_MS", "10", "300000", "9", "300001"},
+		{"DTQ_SCALER_SHUTDOWN_TIMEOUT_S", "0", "3600", "-0.001", "3600.001"},
+		{"DTQ_SCALER_MAX_QUEUES", "256", "16384", "255", "16385"},
+	} {
+		load := func(v string) error {
+			_, err := LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{c.name: v}))
+			return err
+		}
+		for _, v := range []string{c.min, c.max} {
+			if err := load(v); err != nil {
+				t.Errorf("%s=%s (a bound) refused: %v", c.name, v, err)
+			}
+		}
+		for _, v := range []string{c.below, c.above, "-1", "NaN", "Inf", "-Inf", "1e400", "9223372036854775807",
+			"9223372036854775808", "-9223372036854775809", "1e19"} {
+			err := load(v)
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Var != c.name || strings.ContainsAny(err.Error(), "\n\r") {
+				t.Errorf("%s=%s: err = %v, want one line naming %s", c.name, v, err, c.name)
+			}
+		}
+		found := false
+		for _, v := range EnvVars() {
+			if v.Name == c.name {
+				found = strings.Contains(v.Help, c.min+".."+c.max)
+			}
+		}
+		if !found {
+			t.Errorf("%s: --help does not state its range %s..%s", c.name, c.min, c.max)
+		}
+	}
+}

@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sethvargo/go-envconfig"
 
+	"github.com/dtq/dtq/internal/envcfg"
 	"github.com/dtq/dtq/internal/logging"
 	"github.com/dtq/dtq/internal/redisconn"
 	"github.com/dtq/dtq/scaler"
@@ -61,6 +64,11 @@ func scalerMain(args []string, env envconfig.Lookuper, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "dtq scaler: %s\n", scalerOneLine(err.Error()))
 		return 2
 	}
+	var own ownConfig
+	if err := own.load(ctx, env); err != nil {
+		fmt.Fprintf(stderr, "dtq scaler: %s\n", scalerOneLine(err.Error()))
+		return 2
+	}
 	client, err := redisconn.Open(cfg.RedisURL, redisconn.Options{CAFile: cfg.RedisCAFile, Name: "dtq-scaler"})
 	if err != nil {
 		fmt.Fprintf(stderr, "dtq scaler: DTQ_REDIS_URL: %s\n", scalerOneLine(err.Error()))
@@ -69,7 +77,7 @@ func scalerMain(args []string, env envconfig.Lookuper, stdout, stderr io.Writer)
 	defer client.Close()
 	boundByContext(client)
 	if check {
-		for _, v := range scaler.EnvVars() {
+		for _, v := range envVars() {
 			val, _ := env.Lookup(v.Name)
 			if v.Name == "DTQ_REDIS_URL" {
 				val = redisconn.Redact(cfg.RedisURL)
@@ -79,7 +87,12 @@ func scalerMain(args []string, env envconfig.Lookuper, stdout, stderr io.Writer)
 		return 0
 	}
 	log := logging.New(cfg.LogFormat, cfg.LogLevel, stderr)
-	s, err := scaler.New(cfg, client, scaler.Options{Logger: log})
+	// Readiness follows the scaler's own probe; health only tells a refusal no wait
+	// heals (a wrong password, a missing ACL permission), logged once, from the rest.
+	health := redisconn.NewHealth(redisconn.HealthOptions{FatalAfter: own.fatalAfter(), URL: cfg.RedisURL, Logger: log, RefusalsOnly: true})
+	defer health.Close()
+	client.AddHook(health)
+	s, err := scaler.New(cfg, client, scaler.Options{Logger: slog.New(redisconn.QuietRefusals(log.Handler()))})
 	if err != nil {
 		var ce *scaler.ConfigError
 		if errors.As(err, &ce) {
@@ -93,13 +106,71 @@ func scalerMain(args []string, env envconfig.Lookuper, stdout, stderr io.Writer)
 		log.Error("scaler: start failed", "err", err)
 		return 1
 	}
-	log.Info("scaler: started", "redis", redisconn.Redact(cfg.RedisURL), "key_prefix", cfg.KeyPrefix)
-	<-ctx.Done()
+	// "Started" once Redis answered; until then /readyz says why not.
+	answered := health.Answered()
+wait:
+	for {
+		select {
+		case <-answered:
+			log.Info("scaler: started", "redis", redisconn.Redact(cfg.RedisURL), "key_prefix", cfg.KeyPrefix)
+			answered = nil
+		case <-health.Refused():
+			var re *redisconn.RefusedError
+			errors.As(health.Err(), &re)
+			s.Stop()
+			log.Error("scaler: exiting: redis refuses the scaler", "cause", re.Cause, "reply", re.Reply, "exit_code", exitRedisRefused)
+			terminationMessage("dtq scaler: " + re.Error())
+			return exitRedisRefused
+		case <-ctx.Done():
+			break wait
+		}
+	}
 	log.Info("scaler: stopping")
 	s.Stop()
 	log.Info("scaler: stopped")
 	return 0
 }
+
+// exitRedisRefused is the exit code when Redis refused the scaler for
+// DTQ_REDIS_FATAL_AFTER_S in a way no wait heals (as the worker's).
+const exitRedisRefused = 3
+
+// terminationMessage writes msg to Kubernetes' termination log when it exists (kubectl
+// describe pod shows it), and does nothing elsewhere.
+func terminationMessage(msg string) {
+	f, err := os.OpenFile("/dev/termination-log", os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return
+	}
+	_, _ = f.WriteString(msg + "\n")
+	_ = f.Close()
+}
+
+// ownConfig is what this command reads beyond scaler.Config.
+type ownConfig struct {
+	FatalAfterS float64 `env:"DTQ_REDIS_FATAL_AFTER_S, default=10"`
+}
+
+var ownVars = []scaler.EnvVar{
+	{Name: "DTQ_REDIS_FATAL_AFTER_S", Default: "10", Help: "seconds Redis may refuse the scaler (password, ACL, DB number) before it exits 3 (0 = at once); 0..3600 seconds"},
+}
+
+func (c *ownConfig) load(ctx context.Context, env envconfig.Lookuper) error {
+	if err := envcfg.Load(ctx, env, c); err != nil {
+		return err
+	}
+	if !(c.FatalAfterS >= 0 && c.FatalAfterS <= 3600) {
+		return envcfg.Bad("DTQ_REDIS_FATAL_AFTER_S", fmt.Errorf("%v must be within 0..3600 seconds", c.FatalAfterS))
+	}
+	return nil
+}
+
+func (c ownConfig) fatalAfter() time.Duration {
+	return time.Duration(c.FatalAfterS * float64(time.Second))
+}
+
+// envVars lists every variable the scaler reads.
+func envVars() []scaler.EnvVar { return append(scaler.EnvVars(), ownVars...) }
 
 // boundByContext makes the client honour context deadlines on its sockets, so every
 // scaler call is bounded by DTQ_SCALER_REDIS_TIMEOUT_MS and not only by the read timeout.
@@ -115,7 +186,7 @@ func boundByContext(c redis.UniversalClient) {
 
 func printScalerUsage(w io.Writer) {
 	fmt.Fprint(w, scalerUsage)
-	for _, v := range scaler.EnvVars() {
+	for _, v := range envVars() {
 		def := v.Default
 		if def == "" {
 			def = "unset"

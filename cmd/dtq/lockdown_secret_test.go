@@ -338,7 +338,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	url := "redis://dtq:" + encoded + "@" + srv.Addr() + "/0"
 	port := freePort(t)
 	env := []string{"DTQ_REDIS_URL=" + url, "DTQ_HEARTBEAT_INTERVAL_S=0.1", "DTQ_VISIBILITY_TIMEOUT_S=1",
-		"DTQ_LOG_FORMAT=text", "DTQ_LOG_LEVEL=debug", "PORT=" + strconv.Itoa(port)}
+		"DTQ_LOG_FORMAT=text", "DTQ_LOG_LEVEL=debug", "PORT=" + strconv.Itoa(port), "DTQ_REDIS_FATAL_AFTER_S=3600"}
 	check := func(what, text string) {
 		t.Helper()
 		for _, f := range forms {
@@ -350,7 +350,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 
 	w := startWorker(t, env)
 	eventually(t, "the worker to report Redis refusing it", func() bool {
-		return strings.Contains(w.output.String(), "heartbeat: write failed") && strings.Contains(w.output.String(), "loop failed")
+		return strings.Contains(w.output.String(), "redis: refuses this client")
 	})
 	var metrics string
 	eventually(t, "/metrics", func() bool {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -48,14 +50,25 @@ func runWorker(args []string) int {
 		defer cancel()
 		_ = rdb.Ping(ctx).Err()
 	}()
-	w, err := runtime.New(runtime.Options{Config: cfg, Redis: rdb, Registry: function.Registry(), Logger: log})
+	// PORT is bound before any work is taken, so a port in use fails the start like a
+	// bad variable, with nothing claimed; serving it waits for the first fetch (below).
+	ln, err := net.Listen("tcp", ":"+strconv.Itoa(cfg.Port))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dtq worker: PORT: %d cannot be bound: %s\n", cfg.Port, strings.Join(strings.Fields(err.Error()), " "))
+		return exitUsage
+	}
+	defer ln.Close()
+	// The worker's Redis health logs a refusal (a wrong password, a missing ACL
+	// permission) once; the loops retrying into it stay quiet about it until the exit.
+	quiet := slog.New(redisconn.QuietRefusals(log.Handler()))
+	w, err := runtime.New(runtime.Options{Config: cfg, Redis: rdb, Registry: function.Registry(), Logger: quiet})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dtq worker: %v\n", err)
 		return exitUsage
 	}
 
-	// The worker starts first; the HTTP endpoints follow (probes can wait a millisecond,
-	// the first task should not).
+	// The worker starts first; serving PORT follows (probes can wait a millisecond, the
+	// first task should not).
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	runErr := make(chan error, 1)
@@ -68,12 +81,6 @@ func runWorker(args []string) int {
 	case <-ctx.Done():
 	case <-time.After(time.Second):
 	}
-	ln, err := net.Listen("tcp", ":"+strconv.Itoa(cfg.Port))
-	if err != nil {
-		stop()
-		<-runErr
-		return fail("worker", fmt.Errorf("PORT %d: %w", cfg.Port, err))
-	}
 	srv := &http.Server{Handler: w.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -85,8 +92,36 @@ func runWorker(args []string) int {
 	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
+	if errors.Is(err, runtime.ErrRedisRefused) {
+		var re *redisconn.RefusedError
+		errors.As(err, &re)
+		log.Error("worker: exiting: redis refuses the worker", "cause", re.Cause, "reply", re.Reply, "exit_code", exitRedisRefused)
+		terminationMessage("dtq worker: " + err.Error())
+		return exitRedisRefused
+	}
 	if err != nil {
 		return fail("worker", err)
 	}
 	return exitOK
+}
+
+// exitRedisRefused is the exit code of a worker (or scaler) that Redis refused for
+// DTQ_REDIS_FATAL_AFTER_S in a way no wait heals: a wrong password or user, a missing
+// ACL permission, a database number out of range. Kubernetes shows it as
+// CrashLoopBackOff with exit code 3.
+const exitRedisRefused = 3
+
+// terminationLog is where Kubernetes reads a container's termination message from
+// (the default terminationMessagePath): kubectl describe pod shows it.
+const terminationLog = "/dev/termination-log"
+
+// terminationMessage writes msg to the termination log when it exists (in a
+// Kubernetes container), and does nothing elsewhere.
+func terminationMessage(msg string) {
+	f, err := os.OpenFile(terminationLog, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return
+	}
+	_, _ = f.WriteString(msg + "\n")
+	_ = f.Close()
 }
