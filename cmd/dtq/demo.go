@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dtq/dtq/client"
@@ -48,16 +47,14 @@ func runDemo(args []string) int {
 			url = srv.url
 			say("redis     started redis-server on %s (stopped when the demo ends)", srv.addr)
 		} else {
-			// No Redis at all: an embedded one. It serves Streams and Lua, but its XINFO
-			// lag and XCLAIM idle times are not Redis's: tests always use redis-server.
-			m := miniredis.NewMiniRedis()
-			if err := m.StartAddr("127.0.0.1:0"); err != nil {
+			// No Redis at all: the embedded one (embedded.go), for this run only.
+			m, err := startEmbedded()
+			if err != nil {
 				return fail("demo", err)
 			}
-			m.ClockTTL(true)
 			defer m.Close()
 			url = "redis://" + m.Addr()
-			say("redis     no redis-server on PATH: started an embedded Redis (miniredis) on %s", m.Addr())
+			say("redis     no redis-server on PATH: started an embedded Redis (miniredis) on %s for this run", m.Addr())
 		}
 	} else {
 		say("redis     using DTQ_REDIS_URL %s", redisconn.Redact(url))
