@@ -63,7 +63,7 @@ func scalerMain(args []string, env envconfig.Lookuper, stdout, stderr io.Writer)
 	}
 	client, err := redisconn.Open(cfg.RedisURL, redisconn.Options{CAFile: cfg.RedisCAFile, Name: "dtq-scaler"})
 	if err != nil {
-		fmt.Fprintf(stderr, "dtq scaler: DTQ_REDIS_URL: %s\n", scalerOneLine(err.Error()))
+		fmt.Fprintf(stderr, "dtq scaler: %s: %s\n", redisconn.Variable(err), scalerOneLine(err.Error()))
 		return 2
 	}
 	defer client.Close()
@@ -79,6 +79,7 @@ func scalerMain(args []string, env envconfig.Lookuper, stdout, stderr io.Writer)
 		return 0
 	}
 	log := logging.New(cfg.LogFormat, cfg.LogLevel, stderr)
+	logging.RouteRedis(log)
 	s, err := scaler.New(cfg, client, scaler.Options{Logger: log})
 	if err != nil {
 		var ce *scaler.ConfigError

@@ -30,6 +30,9 @@ func runDemo(args []string) int {
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
+	if !noArgs("demo", fs) {
+		return exitUsage
+	}
 	if *workers < 2 {
 		fmt.Fprintln(os.Stderr, "dtq demo: --workers must be at least 2 (one is killed)")
 		return exitUsage
@@ -59,9 +62,11 @@ func runDemo(args []string) int {
 	} else {
 		say("redis     using DTQ_REDIS_URL %s", redisconn.Redact(url))
 	}
-	rdb, err := redisconn.Open(url, redisconn.Options{CAFile: os.Getenv("DTQ_REDIS_CA_FILE")})
+	rdb, err := redisconn.Open(url, redisconn.Options{CAFile: os.Getenv("DTQ_REDIS_CA_FILE"),
+		DialAttempts: cliDialAttempts, HandshakeTimeout: cliHandshakeTimeout})
 	if err != nil {
-		return fail("demo", err)
+		fmt.Fprintf(os.Stderr, "dtq demo: %s: %v\n", redisconn.Variable(err), err)
+		return exitUsage
 	}
 	defer rdb.Close()
 	ctx := context.Background()
