@@ -53,7 +53,8 @@ type Config struct {
 	EventsMaxLen int64 `env:"DTQ_EVENTS_MAXLEN, default=10000"`
 	// EventsVerbose: also publish TASK_STARTED and TASK_SUCCEEDED (one write per task).
 	EventsVerbose bool `env:"DTQ_EVENTS_VERBOSE, default=false"`
-	// RetryBaseMS, RetryMaxMS: default exponential backoff (full jitter) between retries.
+	// RetryBaseMS, RetryMaxMS: default backoff between retries: base·2ⁿ⁻¹ capped at max,
+	// half of it jittered (ExpBackoff).
 	RetryBaseMS int `env:"DTQ_RETRY_BASE_MS, default=1000"`
 	RetryMaxMS  int `env:"DTQ_RETRY_MAX_MS, default=600000"`
 	// DefaultTimeoutS: a function's run limit when neither task nor function sets one (0 = none).
@@ -100,7 +101,7 @@ func EnvVars() []EnvVar {
 		{"DTQ_SCHEDULER_LOCK_TTL_MS", "10000", "scheduler leader lock lifetime (> the interval; a killed leader holds it this long)"},
 		{"DTQ_EVENTS_MAXLEN", "10000", "approximate cap of the events stream (0 = off)"},
 		{"DTQ_EVENTS_VERBOSE", "false", "also publish TASK_STARTED and TASK_SUCCEEDED"},
-		{"DTQ_RETRY_BASE_MS", "1000", "first retry backoff (exponential, full jitter; <= DTQ_RETRY_MAX_MS)"},
+		{"DTQ_RETRY_BASE_MS", "1000", "first retry backoff; the nth is base·2ⁿ⁻¹ capped at DTQ_RETRY_MAX_MS, half of it jittered (<= DTQ_RETRY_MAX_MS)"},
 		{"DTQ_RETRY_MAX_MS", "600000", "longest retry backoff"},
 		{"DTQ_DEFAULT_TIMEOUT_S", "1800", "function time limit when none is set (0 = none)"},
 		{"DTQ_LOG_FORMAT", "auto", "json, text or auto"},

@@ -71,7 +71,7 @@ func scalerMain(args []string, env envconfig.Lookuper, stdout, stderr io.Writer)
 	}
 	client, err := redisconn.Open(cfg.RedisURL, redisconn.Options{CAFile: cfg.RedisCAFile, Name: "dtq-scaler"})
 	if err != nil {
-		fmt.Fprintf(stderr, "dtq scaler: DTQ_REDIS_URL: %s\n", scalerOneLine(err.Error()))
+		fmt.Fprintf(stderr, "dtq scaler: %s: %s\n", redisconn.Variable(err), scalerOneLine(err.Error()))
 		return 2
 	}
 	defer client.Close()
@@ -87,6 +87,7 @@ func scalerMain(args []string, env envconfig.Lookuper, stdout, stderr io.Writer)
 		return 0
 	}
 	log := logging.New(cfg.LogFormat, cfg.LogLevel, stderr)
+	logging.RouteRedis(log)
 	// Readiness follows the scaler's own probe; health only tells a refusal no wait
 	// heals (a wrong password, a missing ACL permission), logged once, from the rest.
 	health := redisconn.NewHealth(redisconn.HealthOptions{FatalAfter: own.fatalAfter(), URL: cfg.RedisURL, Logger: log, RefusalsOnly: true})

@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dtq/dtq/client"
@@ -30,6 +29,9 @@ func runDemo(args []string) int {
 	prefix := fs.String("prefix", "dtqdemo", "key prefix (the demo deletes its keys when done)")
 	if code, ok := parse(fs, args); !ok {
 		return code
+	}
+	if !noArgs("demo", fs) {
+		return exitUsage
 	}
 	if *workers < 2 {
 		fmt.Fprintln(os.Stderr, "dtq demo: --workers must be at least 2 (one is killed)")
@@ -48,23 +50,23 @@ func runDemo(args []string) int {
 			url = srv.url
 			say("redis     started redis-server on %s (stopped when the demo ends)", srv.addr)
 		} else {
-			// No Redis at all: an embedded one. It serves Streams and Lua, but its XINFO
-			// lag and XCLAIM idle times are not Redis's: tests always use redis-server.
-			m := miniredis.NewMiniRedis()
-			if err := m.StartAddr("127.0.0.1:0"); err != nil {
+			// No Redis at all: the embedded one (embedded.go), for this run only.
+			m, err := startEmbedded()
+			if err != nil {
 				return fail("demo", err)
 			}
-			m.ClockTTL(true)
 			defer m.Close()
 			url = "redis://" + m.Addr()
-			say("redis     no redis-server on PATH: started an embedded Redis (miniredis) on %s", m.Addr())
+			say("redis     no redis-server on PATH: started an embedded Redis (miniredis) on %s for this run", m.Addr())
 		}
 	} else {
 		say("redis     using DTQ_REDIS_URL %s", redisconn.Redact(url))
 	}
-	rdb, err := redisconn.Open(url, redisconn.Options{CAFile: os.Getenv("DTQ_REDIS_CA_FILE")})
+	rdb, err := redisconn.Open(url, redisconn.Options{CAFile: os.Getenv("DTQ_REDIS_CA_FILE"),
+		DialAttempts: cliDialAttempts, HandshakeTimeout: cliHandshakeTimeout})
 	if err != nil {
-		return fail("demo", err)
+		fmt.Fprintf(os.Stderr, "dtq demo: %s: %v\n", redisconn.Variable(err), err)
+		return exitUsage
 	}
 	defer rdb.Close()
 	ctx := context.Background()

@@ -4,7 +4,9 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"runtime/debug"
 )
 
 type command struct {
@@ -26,31 +28,93 @@ func commands() []command {
 		{"workers", "list workers with their computed liveness", runWorkers},
 		{"demo", "run workers and a burst of tasks end to end, kill a worker mid-task", runDemo},
 		{"bench", "load runs against Redis, beside asynq (go run ./bench in the source tree)", runBench},
+		{"version", "print the version, VCS revision and Go version of this binary", runVersion},
 	}
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: dtq <command> [flags]   (dtq <command> --help for its flags and environment)")
-	fmt.Fprintln(os.Stderr)
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: dtq <command> [flags]   (dtq <command> --help for its flags and environment)")
+	fmt.Fprintln(w)
 	for _, c := range commands() {
-		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
 }
+
+// ownLogs are the commands that set up their logging themselves (from their
+// configuration) or replace this process.
+var ownLogs = map[string]bool{"worker": true, "scaler": true, "bench": true}
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		usage()
-		if len(os.Args) < 2 {
-			os.Exit(2)
-		}
+	if len(os.Args) < 2 {
+		usage(os.Stderr)
+		os.Exit(exitUsage)
+	}
+	switch os.Args[1] {
+	case "-h", "--help", "-help", "help":
+		// asked for: the usage goes to stdout
+		usage(os.Stdout)
 		return
+	case "--version", "-version":
+		os.Exit(runVersion(nil))
 	}
 	for _, c := range commands() {
 		if c.name == os.Args[1] {
+			if !ownLogs[c.name] && !cliLogs(c.name) {
+				os.Exit(exitUsage)
+			}
 			os.Exit(c.run(os.Args[2:]))
 		}
 	}
 	fmt.Fprintf(os.Stderr, "dtq: unknown command %q\n", os.Args[1])
-	usage()
-	os.Exit(2)
+	usage(os.Stderr)
+	os.Exit(exitUsage)
+}
+
+// runVersion prints what the binary was built from: the module version ("(devel)"
+// for a build in a source tree), the VCS revision and time when the build recorded
+// them (a "+modified" revision had uncommitted changes), and the Go version.
+func runVersion(args []string) int {
+	fs := newFlags("version", "version", nil)
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if !noArgs("version", fs) {
+		return exitUsage
+	}
+	bi, _ := debug.ReadBuildInfo()
+	fmt.Print(versionText(bi))
+	return exitOK
+}
+
+// versionText formats bi (nil: a binary without build information).
+func versionText(bi *debug.BuildInfo) string {
+	version, goVersion, rev, at, modified := "unknown", "unknown", "", "", false
+	if bi != nil {
+		goVersion = bi.GoVersion
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.time":
+				at = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	out := "dtq " + version + "\n"
+	if rev != "" {
+		if modified {
+			rev += "+modified"
+		}
+		out += "revision " + rev
+		if at != "" {
+			out += " (" + at + ")"
+		}
+		out += "\n"
+	}
+	return out + "go " + goVersion + "\n"
 }

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/dtq/dtq/client"
@@ -14,15 +16,20 @@ import (
 
 // withClient opens Redis and runs fn with a client and a bounded context.
 func withClient(cmd string, r *redisFlags, fn func(ctx context.Context, c *client.Client) error) int {
+	limit, err := payloadLimit()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dtq %s: %v\n", cmd, err)
+		return exitUsage
+	}
 	rdb, err := r.open()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "dtq %s: DTQ_REDIS_URL: %v\n", cmd, err)
+		fmt.Fprintf(os.Stderr, "dtq %s: %s: %v\n", cmd, r.source(err), err)
 		return exitUsage
 	}
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := fn(ctx, client.New(rdb, client.Options{Prefix: r.prefix, MaxPayload: payloadLimit()})); err != nil {
+	if err := fn(ctx, client.New(rdb, client.Options{Prefix: r.prefix, MaxPayload: limit})); err != nil {
 		if errors.Is(err, client.ErrInvalid) || errors.Is(err, client.ErrPayloadTooBig) {
 			fmt.Fprintf(os.Stderr, "dtq %s: %v\n", cmd, err)
 			return exitUsage
@@ -32,12 +39,44 @@ func withClient(cmd string, r *redisFlags, fn func(ctx context.Context, c *clien
 	return exitOK
 }
 
-func payloadLimit() int {
-	var n int
-	if _, err := fmt.Sscan(envDefault("DTQ_MAX_PAYLOAD_BYTES", "1048576"), &n); err != nil || n <= 0 {
-		return client.DefaultMaxPayload
+// payloadLimit is DTQ_MAX_PAYLOAD_BYTES, the limit the workers apply too.
+func payloadLimit() (int, error) {
+	v := envDefault("DTQ_MAX_PAYLOAD_BYTES", strconv.Itoa(client.DefaultMaxPayload))
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("DTQ_MAX_PAYLOAD_BYTES: %q is not a positive number of bytes", v)
 	}
-	return n
+	return n, nil
+}
+
+// readPayload reads the payload of --payload-file: a file, or standard input for "-".
+// It reads at most one byte over limit, so an oversized file is refused unread.
+func readPayload(path string, stdin io.Reader, limit int) ([]byte, error) {
+	name := path
+	var r io.Reader = stdin
+	if path == "-" {
+		name = "standard input"
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("--payload-file: %w", err)
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.IsDir() {
+			return nil, fmt.Errorf("--payload-file: %s is a directory", path)
+		} else if err == nil && st.Mode().IsRegular() && st.Size() > int64(limit) {
+			return nil, fmt.Errorf("--payload-file: %s is %d bytes, over the payload limit of %d (DTQ_MAX_PAYLOAD_BYTES)", path, st.Size(), limit)
+		}
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("--payload-file: read %s: %w", name, err)
+	}
+	if len(b) > limit {
+		return nil, fmt.Errorf("--payload-file: %s holds over %d bytes, the payload limit (DTQ_MAX_PAYLOAD_BYTES)", name, limit)
+	}
+	return b, nil
 }
 
 func printJSON(v any) error {
@@ -52,7 +91,8 @@ func runEnqueue(args []string) int {
 	queue := fs.String("queue", "default", "queue name")
 	fn := fs.String("function", "", "function to run (required)")
 	prio := fs.Int("priority", 0, "priority 0..9 (9 most urgent)")
-	payload := fs.String("payload", "", "payload (JSON by convention)")
+	payload := fs.String("payload", "", "payload (JSON by convention); a large one: --payload-file")
+	payloadFile := fs.String("payload-file", "", "read the payload from this file, or from standard input for -")
 	delay := fs.Duration("delay", 0, "run after this delay (e.g. 5s)")
 	runAt := fs.String("run-at", "", "run at this time (RFC 3339)")
 	retries := fs.Int("max-retries", -1, "failed attempts retried before the task is dead (-1: the function's default)")
@@ -63,11 +103,36 @@ func runEnqueue(args []string) int {
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
+	if !noArgs("enqueue", fs) {
+		return exitUsage
+	}
 	if *fn == "" {
 		fmt.Fprintln(os.Stderr, "dtq enqueue: --function is required")
 		return exitUsage
 	}
-	t := client.Task{Queue: *queue, Function: *fn, Payload: []byte(*payload), Priority: *prio,
+	body := []byte(*payload)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["payload-file"] {
+		if set["payload"] {
+			fmt.Fprintln(os.Stderr, "dtq enqueue: --payload and --payload-file exclude each other: give one")
+			return exitUsage
+		}
+		if *payloadFile == "" {
+			fmt.Fprintln(os.Stderr, "dtq enqueue: --payload-file needs a path, or - for standard input")
+			return exitUsage
+		}
+		limit, err := payloadLimit()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "dtq enqueue: %v\n", err)
+			return exitUsage
+		}
+		if body, err = readPayload(*payloadFile, os.Stdin, limit); err != nil {
+			fmt.Fprintf(os.Stderr, "dtq enqueue: %v\n", err)
+			return exitUsage
+		}
+	}
+	t := client.Task{Queue: *queue, Function: *fn, Payload: body, Priority: *prio,
 		Delay: *delay, Timeout: *timeout, Unique: *unique, ReuseUnique: *reuse, ID: *id}
 	if *retries >= 0 {
 		t.MaxRetries = client.Retries(*retries)
@@ -148,6 +213,9 @@ func runInspect(args []string) int {
 			return printJSON(qi)
 		})
 	default:
+		if !noArgs("inspect queues", fs) {
+			return exitUsage
+		}
 		return withClient("inspect", r, func(ctx context.Context, c *client.Client) error {
 			names, err := c.Queues(ctx)
 			if err != nil {
@@ -245,6 +313,9 @@ func runDead(args []string) int {
 		return code
 	}
 	if what == "list" {
+		if !noArgs("dead list", fs) {
+			return exitUsage
+		}
 		return withClient("dead", r, func(ctx context.Context, c *client.Client) error {
 			ts, err := c.Dead(ctx, *queue, *limit)
 			if err != nil {
@@ -275,6 +346,9 @@ func runWorkers(args []string) int {
 	r := addRedisFlags(fs)
 	if code, ok := parse(fs, args); !ok {
 		return code
+	}
+	if !noArgs("workers", fs) {
+		return exitUsage
 	}
 	return withClient("workers", r, func(ctx context.Context, c *client.Client) error {
 		ws, err := c.Workers(ctx)

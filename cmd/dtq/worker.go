@@ -37,9 +37,10 @@ func runWorker(args []string) int {
 		return exitUsage
 	}
 	log := logging.New(cfg.LogFormat, cfg.LogLevel, os.Stderr)
+	logging.RouteRedis(log.With("worker_id", cfg.WorkerID))
 	rdb, err := redisconn.Open(cfg.RedisURL, redisconn.Options{CAFile: cfg.RedisCAFile, PoolSize: cfg.Concurrency + 16, Name: cfg.WorkerID})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "dtq worker: DTQ_REDIS_URL: %v\n", err)
+		fmt.Fprintf(os.Stderr, "dtq worker: %s: %v\n", redisconn.Variable(err), err)
 		return exitUsage
 	}
 	defer rdb.Close()

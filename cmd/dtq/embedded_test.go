@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/internal/redistest"
+	"github.com/dtq/dtq/lua"
+)
+
+// servers runs fn against redis-server and against the demo's embedded Redis: every
+// expectation of fn holds on both.
+func servers(t *testing.T, fn func(t *testing.T, rdb *redis.Client, prefix string)) {
+	t.Run("redis-server", func(t *testing.T) {
+		t.Parallel()
+		fn(t, redistest.Shared(t).Client(t), redistest.Prefix(t))
+	})
+	t.Run("embedded", func(t *testing.T) {
+		t.Parallel()
+		m, err := startEmbedded()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(m.Close)
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		fn(t, rdb, "dtq")
+	})
+}
+
+// The shim's cmsgpack gives back what it was given: binary strings (with the bytes its
+// encoding uses as separators), integers, fractions, infinities, booleans, nested
+// tables with holes and string keys.
+func TestEmbeddedMsgpackRoundTrip(t *testing.T) {
+	t.Parallel()
+	const script = `
+local bin = {}
+for i = 0, 255 do bin[#bin + 1] = string.char(i) end
+bin = table.concat(bin)
+local v = {bin, "", "s3:abc", "n1;", 0, -1, 42, 2^53, 0.1, -2.5e-300, 1e300, math.huge, -math.huge,
+  true, false, {}, {1, {2, {3, "x"}}}, {a = "b", [7] = "seven", [2.5] = "half"}}
+local function eq(x, y)
+  if type(x) ~= type(y) then return false end
+  if type(x) ~= "table" then return x == y end
+  for k, a in pairs(x) do if not eq(a, y[k]) then return false end end
+  for k in pairs(y) do if x[k] == nil then return false end end
+  return true
+end
+local packed = cmsgpack.pack(v)
+local back = cmsgpack.unpack(packed)
+local nan = cmsgpack.unpack(cmsgpack.pack(0 / 0))
+return {eq(v, back) and 1 or 0, nan ~= nan and 1 or 0, back[1], back[3], back[17][2][2][2]}`
+	servers(t, func(t *testing.T, rdb *redis.Client, _ string) {
+		ctx := context.Background()
+		// EVAL, then EVALSHA of the script SCRIPT LOAD loaded: both run it shimmed.
+		got, err := rdb.Eval(ctx, script, nil).Slice()
+		if err != nil {
+			t.Fatalf("EVAL: %v", err)
+		}
+		sha, err := rdb.ScriptLoad(ctx, script).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := rdb.EvalSha(ctx, sha, nil).Slice()
+		if err != nil {
+			t.Fatalf("EVALSHA: %v", err)
+		}
+		bin := make([]byte, 256)
+		for i := range bin {
+			bin[i] = byte(i)
+		}
+		want := []any{int64(1), int64(1), string(bin), "s3:abc", "x"}
+		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(again, want) {
+			t.Fatalf("round trip: EVAL %q, EVALSHA %q; want %q", got, again, want)
+		}
+	})
+}
+
+// The shim leaves alone what does not name cmsgpack, and what miniredis does not know
+// stays unknown: EVALSHA of a script never loaded is NOSCRIPT, as on Redis, and so is
+// one loaded before SCRIPT FLUSH.
+func TestEmbeddedScriptCache(t *testing.T) {
+	t.Parallel()
+	servers(t, func(t *testing.T, rdb *redis.Client, _ string) {
+		ctx := context.Background()
+		if v, err := rdb.Eval(ctx, "return ARGV[1] .. KEYS[1]", []string{"k"}, "a").Text(); err != nil || v != "ak" {
+			t.Fatalf("plain EVAL: %q, %v", v, err)
+		}
+		if err := rdb.EvalSha(ctx, "0123456789012345678901234567890123456789", nil).Err(); !lua.IsNoScript(err) {
+			t.Fatalf("EVALSHA of an unknown script: %v, want NOSCRIPT", err)
+		}
+		src := "return cmsgpack.unpack(cmsgpack.pack('v'))"
+		sha, err := rdb.ScriptLoad(ctx, src).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := rdb.EvalSha(ctx, sha, nil).Text(); err != nil || v != "v" {
+			t.Fatalf("EVALSHA: %q, %v", v, err)
+		}
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.EvalSha(ctx, sha, nil).Err(); !lua.IsNoScript(err) {
+			t.Fatalf("EVALSHA after SCRIPT FLUSH: %v, want NOSCRIPT", err)
+		}
+		// A script error keeps the script's own line numbers.
+		err = rdb.Eval(ctx, "local x = cmsgpack.pack(1)\nerror('here')", nil).Err()
+		if err == nil || !strings.Contains(err.Error(), ":2:") {
+			t.Fatalf("error of line 2: %v", err)
+		}
+	})
+}
+
+// Every script a worker, the scheduler and the CLI run, through their lua wrappers, on
+// the path the demo takes them: enqueue (a hand-off too), claim and the replay of its
+// receipt, touch, complete (retry, dead), the scheduler's claim and enqueue, reclaim
+// from a silent worker, requeue, cancel, rescue of an unread hand-off, leave, the
+// scheduler lock.
+func TestEmbeddedRunsEveryScript(t *testing.T) {
+	t.Parallel()
+	servers(t, func(t *testing.T, rdb *redis.Client, prefix string) {
+		ctx := context.Background()
+		if err := lua.Load(ctx, rdb); err != nil {
+			t.Fatal(err)
+		}
+		q := keys.New(prefix).Queue("q")
+		now := time.Now().UnixMilli()
+		payload := make([]byte, 1000)
+		for i := range payload {
+			payload[i] = byte(i)
+		}
+		a, created, err := lua.Enqueue(ctx, rdb, q, lua.EnqueueArgs{ID: "a", Function: "f", Payload: payload, Priority: 3,
+			MaxRetries: 5, NowMS: now, RunAtMS: now, Unique: "ua"})
+		if err != nil || !created || a != "a" {
+			t.Fatalf("enqueue: %q %v %v", a, created, err)
+		}
+		if _, created, _ := lua.Enqueue(ctx, rdb, q, lua.EnqueueArgs{ID: "a2", Function: "f", NowMS: now, RunAtMS: now, Unique: "ua"}); created {
+			t.Fatal("a second task with a taken unique key was created")
+		}
+
+		claim := func(consumer, call, prev string, reclaim bool) lua.ClaimResult {
+			t.Helper()
+			r, err := lua.Claim(ctx, rdb, q, lua.ClaimArgs{Consumer: consumer, NowMS: now, Reclaim: reclaim, Want: 10,
+				MaxPayload: 1 << 20, Call: call, Previous: prev, Tag: consumer})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		first := claim("w1", "c1", "", false)
+		if len(first.Started) != 1 || first.Started[0].ID != "a" || first.Started[0].Attempt != 1 || first.Started[0].Payload != string(payload) {
+			t.Fatalf("claim: %+v", first)
+		}
+		// The same call resent (its reply lost): the receipt gives the same reply.
+		if replay := claim("w1", "c1", "", false); !reflect.DeepEqual(replay.Started, first.Started) {
+			t.Fatalf("replay of the claim: %+v, want %+v", replay.Started, first.Started)
+		}
+		held := first.Started[0].Held()
+		if ok, err := lua.Touch(ctx, rdb, q, "w1", 0, false, []lua.Held{held}); err != nil || !ok[0] {
+			t.Fatalf("touch: %v %v", ok, err)
+		}
+		// A retry goes to the schedule, the scheduler puts it back on its stream.
+		if ok, err := lua.Complete(ctx, rdb, q, now, 60000, []lua.Completion{{ID: "a", Entry: held.Entry, Band: 3,
+			Attempt: 1, Unique: "ua", Outcome: lua.Retry, Text: "boom", RetryMS: now}}); err != nil || !ok[0] {
+			t.Fatalf("complete (retry): %v %v", ok, err)
+		}
+		due, _, _, err := lua.SchedClaim(ctx, rdb, q, now, 10, now-60000)
+		if err != nil || !slices.Equal(due, []string{"a"}) {
+			t.Fatalf("scheduler claim: %v %v", due, err)
+		}
+		if enq, _, err := lua.SchedEnqueue(ctx, rdb, q, now, due); err != nil || !slices.Equal(enq, []string{"a"}) {
+			t.Fatalf("scheduler enqueue: %v %v", enq, err)
+		}
+		second := claim("w1", "c2", "c1", false)
+		if len(second.Started) != 1 || second.Started[0].Attempt != 2 {
+			t.Fatalf("claim of the retry: %+v", second)
+		}
+		// w1 goes silent: w2 reclaims the entry (idle 0 suffices), w1's touch is fenced.
+		third := claim("w2", "c3", "", true)
+		if len(third.Started) != 1 || !third.Started[0].Reclaimed || third.Started[0].Attempt != 3 {
+			t.Fatalf("reclaim: %+v", third)
+		}
+		if ok, err := lua.Touch(ctx, rdb, q, "w1", 0, false, []lua.Held{second.Started[0].Held()}); err != nil || ok[0] {
+			t.Fatalf("touch of a reclaimed task: %v %v, want fenced", ok, err)
+		}
+		if ok, err := lua.Complete(ctx, rdb, q, now, 60000, []lua.Completion{{ID: "a", Entry: third.Started[0].Entry, Band: 3,
+			Attempt: 3, Unique: "ua", Outcome: lua.Dead, Text: "gave up"}}); err != nil || !ok[0] {
+			t.Fatalf("complete (dead): %v %v", ok, err)
+		}
+		if st := rdb.HGet(ctx, q.Task("a"), "status").Val(); st != "dead" {
+			t.Fatalf("status %q, want dead", st)
+		}
+		if err := lua.Requeue(ctx, rdb, q, "a", now); err != nil {
+			t.Fatalf("requeue: %v", err)
+		}
+		if err := lua.Cancel(ctx, rdb, q, "a", "ua", now, 60000); err != nil {
+			t.Fatalf("cancel: %v", err)
+		}
+		if err := lua.Cancel(ctx, rdb, q, "a", "ua", now, 60000); err == nil {
+			t.Fatal("cancel of a cancelled task succeeded")
+		}
+
+		// A worker that found nothing registers; the next enqueue hands it the task; it
+		// never reads it: the rescue puts it back, and another worker runs it.
+		if r := claim("w3", "c4", "", false); len(r.Started) != 0 {
+			t.Fatalf("claim of an empty queue: %+v", r)
+		}
+		if _, err := lua.Claim(ctx, rdb, q, lua.ClaimArgs{Consumer: "w3", NowMS: now, Want: 1, MaxPayload: 1 << 20,
+			RegisterUntilMS: now + 60000, Tag: "w3"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := lua.Enqueue(ctx, rdb, q, lua.EnqueueArgs{ID: "b", Function: "f", Priority: 1, NowMS: now, RunAtMS: now}); err != nil {
+			t.Fatal(err)
+		}
+		if st := rdb.HGet(ctx, q.Task("b"), "worker").Val(); st != "w3" {
+			t.Fatalf("task b's worker %q, want w3 (a hand-off)", st)
+		}
+		if ids, err := lua.Rescue(ctx, rdb, q, now, now+1, 10); err != nil || !slices.Equal(ids, []string{"b"}) {
+			t.Fatalf("rescue: %v %v", ids, err)
+		}
+		if r := claim("w4", "c5", "", false); len(r.Started) != 1 || r.Started[0].ID != "b" {
+			t.Fatalf("claim of the rescued task: %+v", r)
+		}
+		if left, err := lua.Leave(ctx, rdb, q, "w3", "w3", 1<<20); err != nil || len(left) != 0 {
+			t.Fatalf("leave: %v %v", left, err)
+		}
+
+		// The scheduler lock.
+		lock := prefix + ":lock:test"
+		if err := rdb.Set(ctx, lock, "tok", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := lua.LockRenew(ctx, rdb, lock, "other", 60000); err != nil || ok {
+			t.Fatalf("renew by another token: %v %v", ok, err)
+		}
+		if ok, err := lua.LockRenew(ctx, rdb, lock, "tok", 60000); err != nil || !ok {
+			t.Fatalf("renew: %v %v", ok, err)
+		}
+		if ok, err := lua.LockRelease(ctx, rdb, lock, "tok"); err != nil || !ok {
+			t.Fatalf("release: %v %v", ok, err)
+		}
+	})
+}
