@@ -30,8 +30,14 @@ type Client struct {
 	now        func() time.Time
 
 	mu    sync.Mutex
-	known map[string]bool // queues already added to the queues set by this client
+	known map[string]time.Time // when this client last added each queue to the queues set
 }
+
+// RegisterEvery is how often a client adds a queue it enqueues to again to the set of
+// known queues: the set heals within this time when it is lost (a FLUSHALL, a restart
+// without persistence, a failover that lost the write), so the scheduler leader and the
+// scaler find the queue's delayed tasks and backlog again.
+const RegisterEvery = 10 * time.Second
 
 // Options configure a Client.
 type Options struct {
@@ -53,7 +59,7 @@ func New(rdb redis.UniversalClient, o Options) *Client {
 		o.Now = time.Now
 	}
 	return &Client{rdb: rdb, ks: keys.New(o.Prefix), maxPayload: o.MaxPayload,
-		keepMS: o.ResultTTL.Milliseconds(), now: o.Now, known: map[string]bool{}}
+		keepMS: o.ResultTTL.Milliseconds(), now: o.Now, known: map[string]time.Time{}}
 }
 
 // Errors callers can test with errors.Is.
@@ -233,19 +239,20 @@ func (c *Client) EnqueueMany(ctx context.Context, ts []Task) ([]Result, error) {
 	return out, nil
 }
 
-// register adds q to the set of known queues once per client.
+// register adds q to the set of known queues, again every RegisterEvery (by the client's clock).
 func (c *Client) register(ctx context.Context, q string) error {
+	now := c.now()
 	c.mu.Lock()
-	done := c.known[q]
+	last, done := c.known[q]
 	c.mu.Unlock()
-	if done {
+	if done && now.Sub(last) < RegisterEvery && !now.Before(last) {
 		return nil
 	}
 	if err := c.rdb.SAdd(ctx, c.ks.Queues(), q).Err(); err != nil {
 		return fmt.Errorf("register queue %s: %w", q, err)
 	}
 	c.mu.Lock()
-	c.known[q] = true
+	c.known[q] = now
 	c.mu.Unlock()
 	return nil
 }

@@ -165,7 +165,14 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 		}
 	}
 	if names.Err() == nil {
-		w.setKnownQueues(names.Val())
+		if lost := w.setKnownQueues(names.Val()); len(lost) > 0 {
+			// the set lost queues this leader knew (a FLUSHALL, a restart without
+			// persistence, a failover that lost the write): put them back
+			w.log.Warn("scheduler: known queues missing from the queue set; added back", "queues", lost)
+			if err := w.rdb.SAdd(ctx, w.ks.Queues(), lost...).Err(); err != nil {
+				w.log.Warn("scheduler: adding back known queues failed", "err", err)
+			}
+		}
 	}
 	if w.passes.Add(1)%60 == 0 {
 		if n, err := liveness.Prune(ctx, w.rdb, w.ks); err != nil {
@@ -227,7 +234,10 @@ func (w *Worker) scheduledQueues() []keys.Queue {
 	return out
 }
 
-func (w *Worker) setKnownQueues(names []string) {
+// setKnownQueues takes the queue set's members as the known queues, and keeps the ones
+// known before that are missing from it, which it returns: queues are never removed
+// from the set, so a missing one was lost with the set.
+func (w *Worker) setKnownQueues(names []string) (lost []any) {
 	valid := names[:0]
 	for _, n := range names {
 		if keys.ValidQueue(n) == nil {
@@ -235,8 +245,15 @@ func (w *Worker) setKnownQueues(names []string) {
 		}
 	}
 	w.knownMu.Lock()
+	defer w.knownMu.Unlock()
+	for _, n := range w.known {
+		if !slices.Contains(valid, n) {
+			lost = append(lost, n)
+			valid = append(valid, n)
+		}
+	}
 	w.known = valid
-	w.knownMu.Unlock()
+	return lost
 }
 
 func (w *Worker) enqueueClaimed(ctx context.Context, q keys.Queue, nowMS int64, due, stale []string) error {
@@ -344,6 +361,8 @@ func (w *Worker) queueHeartbeat(ctx context.Context, p redis.Pipeliner, status s
 	)
 	p.PExpire(ctx, key, time.Duration(liveness.StaleFactor*hbMS)*time.Millisecond)
 	p.SAdd(ctx, w.ks.Workers(), w.id)
+	// the queues this worker serves stay known however the set was lost
+	p.SAdd(ctx, w.ks.Queues(), w.queueNames...)
 }
 
 // touchHeld XCLAIMs every held entry back to this worker with idle 0 (fenced: entries

@@ -44,6 +44,8 @@ type Worker struct {
 	id     string
 	queues []keys.Queue
 	byName map[string]keys.Queue
+	// queueNames are the served queues' names, as the heartbeat adds them to the queue set
+	queueNames []any
 
 	vtMS       int64
 	keepMS     int64
@@ -160,6 +162,7 @@ func New(o Options) (*Worker, error) {
 		kq := w.ks.Queue(q)
 		w.queues = append(w.queues, kq)
 		w.byName[q] = kq
+		w.queueNames = append(w.queueNames, q)
 	}
 	w.metrics = newMetrics(w.id)
 	w.redis = newRedisHealth(w)
