@@ -191,3 +191,70 @@ func TestSurvivesRedisRestart(t *testing.T) {
 func redistestStart(t *testing.T) *redistest.Server {
 	return redistest.Start(t, redistest.Options{AOF: true})
 }
+
+// Redis gone for twice the visibility timeout under two live workers running long tasks
+// (AOF: the PEL comes back with its old delivery times, so every entry looks idle past
+// the visibility timeout): the reapers give the owners a heartbeat's time to touch their
+// entries, and no task runs twice (before, peers reclaimed each other's tasks at once).
+func TestOutageLongerThanTheVisibilityTimeoutRerunsNothing(t *testing.T) {
+	t.Parallel()
+	srv := redistestStart(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	prefix := "outage"
+	c := client.New(rdb, client.Options{Prefix: prefix})
+	b := newBlocking(0)
+	reg := runtime.NewRegistry()
+	reg.Register("block", b.fn, runtime.FuncOptions{})
+	// heartbeats every 1.5 s, reaper passes every second: the reapers come first
+	env := map[string]string{"DTQ_VISIBILITY_TIMEOUT_S": "2", "DTQ_HEARTBEAT_INTERVAL_S": "1.5", "DTQ_WORKER_CONCURRENCY": "8"}
+	rec := newRecorder()
+	for range 2 {
+		startWorker(t, rdb, testConfig(t, srv.URL(), prefix, env), reg, rec)
+	}
+	ctx := context.Background()
+	var ts []client.Task
+	for i := range 6 {
+		ts = append(ts, client.Task{Queue: "default", Function: "block", Priority: i % 3, MaxRetries: client.Retries(5)})
+	}
+	rs, err := c.EnqueueMany(ctx, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			rec.mu.Lock()
+			for _, ev := range rec.events {
+				t.Logf("event %s %s %s %s %d %s", ev.Time.Format("15:04:05.000"), ev.Worker, ev.Type, ev.TaskID, ev.Attempt, ev.Detail)
+			}
+			rec.mu.Unlock()
+		}
+	}()
+	for range rs {
+		b.waitStart(t)
+	}
+	srv.Kill()
+	time.Sleep(4 * time.Second) // the outage: twice the visibility timeout
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// The exposure: reaper passes come every second; give them three visibility
+	// timeouts with Redis back before the functions return.
+	time.Sleep(6 * time.Second)
+	close(b.release)
+	for _, r := range rs {
+		rec.wait(t, "task "+r.ID, is(runtime.EventTaskSucceeded, r.ID))
+	}
+	if n := rec.count(is(runtime.EventTaskReclaimed, "")); n != 0 {
+		t.Errorf("%d tasks of live workers reclaimed after the outage", n)
+	}
+	if extra := len(b.started); extra != 0 {
+		t.Errorf("%d functions started again after the outage", extra)
+	}
+	for _, r := range rs {
+		ti, err := c.Get(ctx, "default", r.ID)
+		if err != nil || ti.Attempt != 1 || ti.Status != "succeeded" {
+			t.Errorf("task %s: %+v %v, want succeeded at attempt 1", r.ID, ti, err)
+		}
+	}
+}

@@ -24,6 +24,12 @@ func (w *Worker) reaperInterval() time.Duration {
 func (w *Worker) reaperLoop(ctx context.Context) error {
 	calls := w.reapCalls
 	for {
+		if hold := w.reclaimHold(); hold > 0 {
+			if !sleepCtx(ctx, hold) {
+				return nil
+			}
+			continue
+		}
 		if _, err := w.reapOnce(ctx, calls); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -37,6 +43,28 @@ func (w *Worker) reaperLoop(ctx context.Context) error {
 	}
 }
 
+// reclaimHold is how long the reaper still leaves silent entries alone after this
+// worker last found Redis unreachable. During an outage no live worker can touch its
+// entries, so once Redis is back every entry in flight may look idle past the visibility
+// timeout; the owners, alive and cut off like everyone, touch theirs within a heartbeat
+// interval (after a failed touch's timeout at worst). Reclaiming before that would run
+// live workers' tasks a second time. The cost: a worker that really died during the
+// outage has its tasks reclaimed that much later.
+func (w *Worker) reclaimHold() time.Duration {
+	last := w.unreachableAt.Load()
+	if last == 0 {
+		return 0
+	}
+	grace := 2*w.cfg.HeartbeatInterval() + 2*time.Second
+	return time.Until(time.Unix(0, last).Add(grace))
+}
+
+// reclaimCallBound is the longest one reclaim call may take, resends included: a
+// quarter of the visibility timeout, within 0.2–2 s.
+func (w *Worker) reclaimCallBound() time.Duration {
+	return min(2*time.Second, max(200*time.Millisecond, w.cfg.VisibilityTimeout()/4))
+}
+
 // reapOnce runs one reaper pass and returns how many tasks it started.
 func (w *Worker) reapOnce(ctx context.Context, calls *calls) (int, error) {
 	budget := 2 * w.cfg.Concurrency
@@ -44,18 +72,27 @@ func (w *Worker) reapOnce(ctx context.Context, calls *calls) (int, error) {
 		budget = int(min(int64(budget), max(0, w.cfg.MaxTasks-w.begun.Load())))
 	}
 	started := 0
+	// This worker's own entries look as idle as anyone's after an outage: touch them
+	// first, so the reaper never takes back what its own worker still runs.
+	w.touchHeld(ctx)
 	for _, q := range w.queues {
 		if budget <= 0 {
 			break
 		}
-		if w.reapFaults.skip(q.Name) {
+		if w.reapFaults.skip(q.Name) || w.reclaimHold() > 0 {
 			continue
 		}
 		call, prev := calls.next(q.Name)
-		res, err := lua.Claim(ctx, w.rdb, q, lua.ClaimArgs{
+		// A reclaim may not outlast reclaimCallBound: go-redis resends a command whose
+		// connection broke, and one sent before an outage and resent after it would
+		// reclaim every live worker's entries (all idle past the visibility timeout by
+		// then) before their owners could touch them.
+		cctx, cancel := context.WithTimeout(ctx, w.reclaimCallBound())
+		res, err := lua.Claim(cctx, w.rdb, q, lua.ClaimArgs{
 			Consumer: w.id, NowMS: w.now().UnixMilli(), Reclaim: true, Want: budget,
 			MinIdleMS: w.vtMS, MaxPayload: w.cfg.MaxPayloadBytes, Call: call, Previous: prev,
 		})
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil || !lua.IsKeyError(err) {
 				return started, err

@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"errors"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -17,6 +19,9 @@ import (
 type roundTrips struct {
 	c prometheus.Counter
 	h *redisconn.Health
+	// down is set (unix ns) whenever a command finds Redis unreachable: the reaper
+	// holds its reclaims for a while after it (Worker.reclaimHold).
+	down *atomic.Int64
 }
 
 func (h roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -26,6 +31,7 @@ func (h roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		h.c.Inc()
 		err := next(ctx, cmd)
 		h.h.Observe(cmd, err)
+		h.sawDown(err)
 		return err
 	}
 }
@@ -35,7 +41,14 @@ func (h roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		h.c.Inc()
 		err := next(ctx, cmds)
 		h.h.ObservePipeline(cmds, err)
+		h.sawDown(err)
 		return err
+	}
+}
+
+func (h roundTrips) sawDown(err error) {
+	if err != nil && h.down != nil && redisconn.Classify(err) == redisconn.Unreachable {
+		h.down.Store(time.Now().UnixNano())
 	}
 }
 

@@ -89,11 +89,13 @@ type Worker struct {
 	leader   atomic.Bool
 	lockedAt atomic.Int64 // unix ms of the pass that last took or renewed the scheduler lock
 	lastBeat atomic.Int64 // unix ns of the last heartbeat written
-	passes   atomic.Int64 // scheduler passes led
-	begun    atomic.Int64 // tasks started since Run began (DTQ_WORKER_MAX_TASKS)
-	active   atomic.Int64 // unix ns of the last start or finish (DTQ_WORKER_IDLE_EXIT_S)
-	quit     chan struct{}
-	quitOnce sync.Once
+	// unreachableAt is the unix ns of the last command that found Redis unreachable
+	unreachableAt atomic.Int64
+	passes        atomic.Int64 // scheduler passes led
+	begun         atomic.Int64 // tasks started since Run began (DTQ_WORKER_MAX_TASKS)
+	active        atomic.Int64 // unix ns of the last start or finish (DTQ_WORKER_IDLE_EXIT_S)
+	quit          chan struct{}
+	quitOnce      sync.Once
 
 	firstFetch     chan struct{} // closed when the poll loop's first fetch returned
 	firstFetchOnce sync.Once
@@ -166,7 +168,7 @@ func New(o Options) (*Worker, error) {
 	}
 	w.metrics = newMetrics(w.id)
 	w.redis = newRedisHealth(w)
-	w.rdb.AddHook(roundTrips{w.metrics.roundTrips, w.redis})
+	w.rdb.AddHook(roundTrips{w.metrics.roundTrips, w.redis, &w.unreachableAt})
 	w.metrics.concurrency.Set(float64(cfg.Concurrency))
 	w.events = newEvents(w.rdb, w.ks.Events(), cfg.EventsMaxLen, w.log, o.Observe, w.metrics.eventsDropped.Inc)
 	w.fetchCtx, w.stopFetch = context.WithCancel(context.Background())
