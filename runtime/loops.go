@@ -405,13 +405,17 @@ func (w *Worker) queueHeartbeat(ctx context.Context, p redis.Pipeliner, status s
 // touchHeld XCLAIMs every held entry back to this worker with idle 0 (fenced: entries
 // whose task was reclaimed by a peer are left alone).
 func (w *Worker) touchHeld(ctx context.Context) {
-	byQueue := map[string][]lua.Held{}
+	byQueue := map[string][]*execution{}
 	w.heldMu.Lock()
 	for _, e := range w.held {
-		byQueue[e.q.Name] = append(byQueue[e.q.Name], e.heldRef())
+		byQueue[e.q.Name] = append(byQueue[e.q.Name], e)
 	}
 	w.heldMu.Unlock()
-	for name, hs := range byQueue {
+	for name, es := range byQueue {
+		hs := make([]lua.Held, len(es))
+		for i, e := range es {
+			hs[i] = e.heldRef()
+		}
 		tctx, cancel := context.WithTimeout(ctx, max(time.Second, w.cfg.HeartbeatInterval()))
 		ok, err := lua.Touch(tctx, w.rdb, w.byName[name], w.id, 0, false, hs)
 		cancel()
@@ -420,9 +424,12 @@ func (w *Worker) touchHeld(ctx context.Context) {
 			w.log.Warn("heartbeat: touch failed", "queue", name, "err", err)
 			continue
 		}
-		for i, h := range hs {
-			if !ok[i] {
-				w.log.Warn("heartbeat: task no longer ours (reclaimed by a peer); its completion will be fenced off", "queue", name, "task", h.ID, "attempt", h.Attempt)
+		for i, e := range es {
+			// An execution whose outcome went to the completer since the snapshot is
+			// not "lost": its completion may have landed first. If it was reclaimed after
+			// all, the completion is fenced and says so.
+			if !ok[i] && !e.recorded.Load() {
+				w.log.Warn("heartbeat: task no longer ours (reclaimed by a peer); its completion will be fenced off", "queue", name, "task", hs[i].ID, "attempt", hs[i].Attempt)
 			}
 		}
 	}

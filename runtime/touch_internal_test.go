@@ -1,0 +1,70 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sethvargo/go-envconfig"
+
+	"github.com/dtq/dtq/internal/redistest"
+	"github.com/dtq/dtq/lua"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A touch that finds the task finished warns of a lost task only when the execution's
+// outcome had not gone to the completer: a completion landing between the heartbeat's
+// snapshot and its touch is no reclaim.
+func TestTouchWarnsOnlyOfTasksReallyLost(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	cfg, err := LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{
+		"DTQ_REDIS_URL": srv.URL(), "DTQ_KEY_PREFIX": redistest.Prefix(t),
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	w, err := New(Options{Config: cfg, Redis: rdb, Registry: NewRegistry(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.events.close()
+	q := w.queues[0]
+	ctx := context.Background()
+	for _, id := range []string{"done", "lost"} {
+		// records of tasks no longer running from the entries the worker holds
+		rdb.HSet(ctx, q.Task(id), "status", "succeeded", "attempt", "1", "entry", "1-1")
+		e := &execution{q: q, s: lua.Started{ID: id, Entry: "1-1", Band: map[string]int{"done": 0, "lost": 1}[id], Attempt: 1}}
+		e.recorded.Store(id == "done")
+		w.held[e.key()] = e
+	}
+	w.touchHeld(ctx)
+	out := logs.String()
+	if !strings.Contains(out, "task=lost") {
+		t.Fatalf("no warning for the task really lost:\n%s", out)
+	}
+	if strings.Contains(out, "task=done") {
+		t.Fatalf("a warning for a task whose completion came first:\n%s", out)
+	}
+}
