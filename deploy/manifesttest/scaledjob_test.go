@@ -171,6 +171,23 @@ func checkJobSpec(t *testing.T, o object, job *batchv1.JobSpec) {
 	if job.ActiveDeadlineSeconds == nil {
 		t.Errorf("%v: no activeDeadlineSeconds: a stuck Job would hold its slot of maxReplicaCount forever", o)
 	}
+	// Exits no retry can mend fail the Job at once: 2 (configuration) and 3 (Redis
+	// refuses the worker).
+	fails := map[int32]bool{}
+	if pfp := job.PodFailurePolicy; pfp != nil {
+		for _, r := range pfp.Rules {
+			if r.Action == batchv1.PodFailurePolicyActionFailJob && r.OnExitCodes != nil && r.OnExitCodes.Operator == batchv1.PodFailurePolicyOnExitCodesOpIn {
+				for _, v := range r.OnExitCodes.Values {
+					fails[v] = true
+				}
+			}
+		}
+	}
+	for _, code := range []int32{2, 3} {
+		if !fails[code] {
+			t.Errorf("%v: exit %d does not fail the Job at once (podFailurePolicy FailJob): the pod would be retried for nothing", o, code)
+		}
+	}
 	if pfp := job.PodFailurePolicy; pfp != nil {
 		for i, r := range pfp.Rules {
 			if r.OnExitCodes == nil || r.OnExitCodes.ContainerName == nil {
