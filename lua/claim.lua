@@ -1,6 +1,6 @@
 -- claim.lua: take stream entries for one worker and start their tasks, atomically.
 --
--- Closes the seed's races 1 and 2. A task is started from an entry only when
+-- Closes the design's races 1 and 2. A task is started from an entry only when
 --   * the task is queued and the entry's attempt is not older than the task's
 --     (a fresh delivery; the task's attempt becomes entry attempt + 1), or
 --   * the task is running from this very entry and the entry was just taken over by

@@ -1,7 +1,7 @@
 // Package runtime is the dtq worker: it runs registered functions on tasks read from
-// per-priority Redis Streams, with the behaviour of the seed design (four supervised
+// per-priority Redis Streams, with the behaviour of docs/design.md (four supervised
 // loops, observer-computed staleness, drain rules, a scheduler leader lock, three races
-// closed in Lua) and the data model of DESIGN.md.
+// closed in Lua) and the data model of docs/design.md.
 //
 // # Task states
 //
@@ -34,7 +34,7 @@
 //     reads up to min(remaining, 32) new entries across bands p9 → p0 and starts them;
 //     paused queues are skipped. When nothing was collected it blocks (see below).
 //     Started tasks go to a fixed pool of DTQ_WORKER_CONCURRENCY executor goroutines:
-//     the seed's semaphore, without a goroutine per task.
+//     the design's semaphore, without a goroutine per task.
 //   - reaper (loops.go): every max(0.5 s, visibility/2), jittered, claim.lua in reclaim mode
 //     XAUTOCLAIMs entries idle past the visibility timeout on every band, at most
 //     concurrency×2 per pass, and starts them as reclaimed executions. After an outage
@@ -48,7 +48,7 @@
 //     lock_renew.lua (token checked); release through lock_release.lua at drain. The leader moves due delayed tasks and retries of every known queue (not only
 //     its own) onto their streams, and re-enqueues claims older than the lock TTL (a
 //     leader that died between its two steps left them).
-//   - heartbeat (loops.go): at once and every DTQ_HEARTBEAT_INTERVAL_S, jittered, the seed's
+//   - heartbeat (loops.go): at once and every DTQ_HEARTBEAT_INTERVAL_S, jittered, the design's
 //     hash fields (plus heartbeat_interval_ms and queues) with expiry 3× the interval, the id
 //     in dtq:workers, and touch.lua on every held entry. It keeps running during a drain so
 //     long tasks finishing within the drain are not reclaimed.
@@ -66,7 +66,7 @@
 //     atomically, so one scheduler sees each; sched_enqueue.lua XADDs before it ZREMs the
 //     claim, and drops (without a second XADD) a claimed task that is already queued.
 //
-// # Where this runtime departs from the seed, and why
+// # Where this runtime departs from docs/design.md, and why
 //
 //   - Idle blocking: one XREADGROUP (COUNT 1) blocks on every band of every unpaused queue
 //     at once, instead of on the first queue's first band: a p0 arrival wakes the worker as
@@ -115,7 +115,7 @@
 //   - Fencing: complete.lua and touch.lua act only while the execution is the task's
 //     current one (status running, same attempt, same entry). A worker that went silent
 //     and lost its task cannot overwrite the newer attempt, ACK its entry, or — through
-//     its heartbeat's XCLAIM — take the entry back from the reclaimer (the seed's
+//     its heartbeat's XCLAIM — take the entry back from the reclaimer (the design's
 //     unconditional XCLAIM with idle 0 would).
 //   - Receipts (call names carry a per-process tag, so a restart under the same
 //     DTQ_WORKER_ID never gets the previous process's reply): a claim call resent after its reply was lost (go-redis resends on a dropped

@@ -14,7 +14,7 @@ import (
 	"github.com/dtq/dtq/lua"
 )
 
-// reaperInterval is the seed's max(0.5 s, visibility timeout / 2).
+// reaperInterval is the design's max(0.5 s, visibility timeout / 2).
 func (w *Worker) reaperInterval() time.Duration {
 	return max(500*time.Millisecond, w.cfg.VisibilityTimeout()/2)
 }

@@ -17,10 +17,10 @@ import (
 	"github.com/dtq/dtq/lua"
 )
 
-// batchMax is the most entries one read takes from one queue (the seed's 32).
+// batchMax is the most entries one read takes from one queue (the design's 32).
 const batchMax = 32
 
-// pollLoop is the seed's poll loop: while capacity is left, read up to
+// pollLoop is the design's poll loop: while capacity is left, read up to
 // min(remaining, 32) new entries from each queue in order, bands p9 → p0, skipping
 // paused queues; when nothing was collected, block on all bands at once.
 func (w *Worker) pollLoop(ctx context.Context) error {

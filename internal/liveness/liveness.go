@@ -14,7 +14,7 @@ import (
 	"github.com/dtq/dtq/internal/keys"
 )
 
-// Heartbeat hash fields, written by the worker (the seed's, plus heartbeat_interval_ms
+// Heartbeat hash fields, written by the worker (the design's, plus heartbeat_interval_ms
 // so observers need no configuration to judge staleness, and queues).
 const (
 	FieldWorkerID      = "worker_id"
