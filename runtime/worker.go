@@ -75,8 +75,6 @@ type Worker struct {
 	stopFetch   context.CancelFunc
 	runCtx      context.Context // ends at the drain deadline: running functions are cancelled
 	cancelRun   context.CancelFunc
-	handbackMu  sync.Mutex
-	handedBack  []*execution
 	running     atomic.Int64   // functions executing now
 	execDone    chan struct{}  // signalled when an execution returns
 	sendWG      sync.WaitGroup // hand-offs waiting for room in jobs

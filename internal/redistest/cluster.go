@@ -113,9 +113,9 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
 		for {
 			info, err := rdb.ClusterInfo(ctx).Result()
-			slots, serr := rdb.ClusterSlots(ctx).Result()
+			shards, serr := rdb.ClusterShards(ctx).Result()
 			if err == nil && serr == nil && strings.Contains(info, "cluster_state:ok") &&
-				strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) && len(slots) == n {
+				strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) && len(shards) == n {
 				break
 			}
 			if time.Now().After(deadline) {
