@@ -145,13 +145,9 @@ func TestDrainHandsBackSharedEntryIDs(t *testing.T) {
 	rec := newRecorder()
 	first := startWorker(t, e.rdb, e.config(t, kv...), reg, rec)
 	ids := enqueueEveryBand(t, e, "block", queues...)
+	rec.logOnFailure(t)
 	defer func() {
 		if t.Failed() {
-			rec.mu.Lock()
-			for _, ev := range rec.events {
-				t.Logf("event %s %s %s %s %d %s", ev.Time.Format("15:04:05.000"), ev.Worker, ev.Type, ev.TaskID, ev.Attempt, ev.Detail)
-			}
-			rec.mu.Unlock()
 			for id, q := range ids {
 				t.Logf("task %s %s: %v", q, id, e.rdb.HGetAll(e.ctx, keys.New(e.prefix).Queue(q).Task(id)).Val())
 			}

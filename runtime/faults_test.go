@@ -1,42 +1,22 @@
 package runtime_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dtq/dtq/client"
 	"github.com/dtq/dtq/function"
 	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/internal/syncbuf"
 	"github.com/dtq/dtq/runtime"
 )
 
-// logBuffer collects a worker's log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) has(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Contains(l.buf.String(), s)
-}
-
 // startLoggedWorker starts a worker whose log goes to the returned buffer.
-func startLoggedWorker(t *testing.T, e *env, cfg runtime.Config, rec *recorder) *logBuffer {
+func startLoggedWorker(t *testing.T, e *env, cfg runtime.Config, rec *recorder) *syncbuf.Buffer {
 	t.Helper()
-	lb := &logBuffer{}
+	lb := &syncbuf.Buffer{}
 	w, err := runtime.New(runtime.Options{Config: cfg, Redis: e.rdb, Registry: function.Registry(), Observe: rec.observe,
 		Logger: slog.New(slog.NewTextHandler(lb, nil))})
 	if err != nil {
@@ -72,7 +52,7 @@ func TestBrokenBandStopsNothingElse(t *testing.T) {
 	for _, id := range ids {
 		rec.wait(t, "task "+id, is(runtime.EventTaskSucceeded, id))
 	}
-	eventually(t, "a log line naming the broken key", func() bool { return lb.has(qa.Stream(5)) })
+	eventually(t, "a log line naming the broken key", func() bool { return lb.Contains(qa.Stream(5)) })
 	if err := e.rdb.Del(e.ctx, qa.Stream(5)).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +75,7 @@ func TestBrokenScheduleStopsNoOtherQueue(t *testing.T) {
 	lb := startLoggedWorker(t, e, e.config(t, "DTQ_QUEUES", "qb,qa"), rec)
 	id := e.enqueue(t, client.Task{Queue: "qb", Function: "noop", Delay: 50 * time.Millisecond})
 	rec.wait(t, "the other queue's delayed task", is(runtime.EventTaskSucceeded, id))
-	eventually(t, "a log line naming the broken key", func() bool { return lb.has(qa.Schedule()) })
+	eventually(t, "a log line naming the broken key", func() bool { return lb.Contains(qa.Schedule()) })
 }
 
 // A band broken while the worker is blocked on it: the idle read, which fails as a
@@ -116,10 +96,8 @@ func TestBandBrokenUnderTheIdleRead(t *testing.T) {
 		id := e.enqueue(t, client.Task{Queue: "qb", Function: "noop", Priority: 4})
 		rec.wait(t, "task "+id, is(runtime.EventTaskSucceeded, id))
 	}
-	eventually(t, "a log line naming the broken key", func() bool { return lb.has(qa.Stream(0)) })
-	if lb.has("loop failed") {
-		lb.mu.Lock()
-		defer lb.mu.Unlock()
-		t.Fatalf("the poll loop failed on the broken band:\n%s", lb.buf.String())
+	eventually(t, "a log line naming the broken key", func() bool { return lb.Contains(qa.Stream(0)) })
+	if lb.Contains("loop failed") {
+		t.Fatalf("the poll loop failed on the broken band:\n%s", lb.String())
 	}
 }

@@ -98,6 +98,20 @@ func (r *recorder) wait(t *testing.T, what string, pred func(runtime.Event) bool
 	}
 }
 
+// logOnFailure logs every event recorded when t has failed by its end.
+func (r *recorder) logOnFailure(t *testing.T) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, ev := range r.events {
+			t.Logf("event %s %s %s %s %d %s", ev.Time.Format("15:04:05.000"), ev.Worker, ev.Type, ev.TaskID, ev.Attempt, ev.Detail)
+		}
+	})
+}
+
 // count returns how many events match pred so far.
 func (r *recorder) count(pred func(runtime.Event) bool) int {
 	r.mu.Lock()

@@ -221,15 +221,7 @@ func TestOutageLongerThanTheVisibilityTimeoutRerunsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		if t.Failed() {
-			rec.mu.Lock()
-			for _, ev := range rec.events {
-				t.Logf("event %s %s %s %s %d %s", ev.Time.Format("15:04:05.000"), ev.Worker, ev.Type, ev.TaskID, ev.Attempt, ev.Detail)
-			}
-			rec.mu.Unlock()
-		}
-	}()
+	rec.logOnFailure(t)
 	for range rs {
 		b.waitStart(t)
 	}

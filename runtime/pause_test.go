@@ -16,6 +16,7 @@ func TestPauseStopsIdleWorkers(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	rec := newRecorder()
+	rec.logOnFailure(t)
 	const workers = 3
 	var ws []*running
 	for range workers {
@@ -46,15 +47,6 @@ func TestPauseStopsIdleWorkers(t *testing.T) {
 	// next reader still blocked): wait until each has either returned one or started one.
 	for _, w := range ws {
 		id := w.w.ID()
-		defer func() {
-			if t.Failed() {
-				rec.mu.Lock()
-				for _, ev := range rec.events {
-					t.Logf("%s %s %s %s", ev.Worker, ev.Type, ev.TaskID, ev.Detail)
-				}
-				rec.mu.Unlock()
-			}
-		}()
 		rec.wait(t, "worker "+id+" to meet the pause", func(ev runtime.Event) bool {
 			return ev.Worker == id && (ev.Type == runtime.EventReturned || ev.Type == runtime.EventTaskStarted)
 		})

@@ -1,35 +1,17 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/sethvargo/go-envconfig"
 
 	"github.com/dtq/dtq/internal/redistest"
+	"github.com/dtq/dtq/internal/syncbuf"
 	"github.com/dtq/dtq/lua"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A touch that finds the task finished warns of a lost task only when the execution's
 // outcome had not gone to the completer: a completion landing between the heartbeat's
@@ -44,7 +26,7 @@ func TestTouchWarnsOnlyOfTasksReallyLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	w, err := New(Options{Config: cfg, Redis: rdb, Registry: NewRegistry(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

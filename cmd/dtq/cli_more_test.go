@@ -17,6 +17,7 @@ import (
 
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/redistest"
+	"github.com/dtq/dtq/internal/syncbuf"
 	dtqruntime "github.com/dtq/dtq/runtime"
 )
 
@@ -226,7 +227,7 @@ func TestGoRedisLogsGoThroughSlog(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", dir+"/dtq-scaler", "github.com/dtq/dtq/cmd/dtq-scaler").CombinedOutput(); err != nil {
 		t.Fatalf("build dtq-scaler: %v\n%s", err, out)
 	}
-	var scalerOut syncBuffer
+	var scalerOut syncbuf.Buffer
 	sc := dtqCmd(append(redisEnv, "PATH="+dir+":"+os.Getenv("PATH"), "DTQ_SCALER_ADDR=127.0.0.1:0"), "scaler")
 	sc.Stdout, sc.Stderr = &scalerOut, &scalerOut
 	sc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/dtq/dtq/client"
 	"github.com/dtq/dtq/internal/redisconn"
 	"github.com/dtq/dtq/internal/redistest"
+	"github.com/dtq/dtq/internal/syncbuf"
 )
 
 // The tests in this file run the real dtq command (this test binary again, with
@@ -37,24 +37,6 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	redistest.Main(m)
-}
-
-// syncBuffer collects a process's output while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func dtqCmd(env []string, args ...string) *exec.Cmd {
@@ -82,13 +64,13 @@ func dtq(t *testing.T, env []string, args ...string) (stdout, stderr string, cod
 // worker is a running `dtq worker`.
 type worker struct {
 	cmd    *exec.Cmd
-	output *syncBuffer
+	output *syncbuf.Buffer
 	done   chan struct{}
 }
 
 func startWorker(t *testing.T, env []string, extra ...string) *worker {
 	t.Helper()
-	w := &worker{cmd: dtqCmd(append(env, extra...), "worker"), output: &syncBuffer{}, done: make(chan struct{})}
+	w := &worker{cmd: dtqCmd(append(env, extra...), "worker"), output: &syncbuf.Buffer{}, done: make(chan struct{})}
 	w.cmd.Stdout, w.cmd.Stderr = w.output, w.output
 	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := w.cmd.Start(); err != nil {
@@ -467,7 +449,7 @@ exec setpriv --reuid=65534 --regid=65534 --clear-groups --no-new-privs "$@"`
 	env := []string{"DTQ_REDIS_URL=" + srv.URL(), "DTQ_KEY_PREFIX=" + prefix, "DTQ_HEARTBEAT_INTERVAL_S=0.2",
 		"DTQ_VISIBILITY_TIMEOUT_S=2", "DTQ_LOG_FORMAT=json", "PORT=0"}
 	cmd := locked(env, bin, "worker")
-	output := &syncBuffer{}
+	output := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = output, output
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -7,34 +7,18 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/syncbuf"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // After RouteRedis, a line go-redis logs (a dial failure here) is a record of the
 // logger: JSON, at warn, its text once prefixed with "redis: ", marked lib=go-redis.
 func TestRouteRedis(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	RouteRedis(New("json", "info", &buf).With("worker_id", "w1"))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
