@@ -71,18 +71,22 @@ type events struct {
 	observe func(Event)
 	dropped func()
 
-	mu     sync.RWMutex // guards closed against a publish racing close
-	closed bool
-	ch     chan *Event
-	done   chan struct{}
+	mu        sync.RWMutex // guards closed against a publish racing close
+	closed    bool
+	ch        chan *Event
+	done      chan struct{}
+	startOnce sync.Once
 }
 
 func newEvents(rdb redis.UniversalClient, key string, maxLen int64, log *slog.Logger, observe func(Event), dropped func()) *events {
 	e := &events{rdb: rdb, key: key, maxLen: maxLen, log: log, observe: observe, dropped: dropped,
 		ch: make(chan *Event, 1024), done: make(chan struct{})}
-	go e.loop()
 	return e
 }
+
+// start starts the publisher (Run does; nothing starts in New, so a worker that is
+// never run leaves no goroutine behind). Safe twice.
+func (e *events) start() { e.startOnce.Do(func() { go e.loop() }) }
 
 func (e *events) publish(ev Event) {
 	if ev.Time.IsZero() {
@@ -149,5 +153,6 @@ func (e *events) close() {
 		close(e.ch)
 	}
 	e.mu.Unlock()
+	e.start() // a publisher never started flushes what was buffered and ends
 	<-e.done
 }

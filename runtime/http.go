@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"net/http"
-	_ "net/http/pprof" // registers /debug/pprof/ on http.DefaultServeMux, served only with DTQ_PPROF
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -35,8 +34,8 @@ func (w *Worker) Handler() http.Handler {
 		return c.JSON(http.StatusOK, body)
 	})
 	e.GET(PathMetrics, echo.WrapHandler(promhttp.HandlerFor(w.metrics.reg, promhttp.HandlerOpts{})))
-	if w.cfg.Pprof {
-		e.GET("/debug/pprof/*", echo.WrapHandler(http.DefaultServeMux))
+	if w.cfg.Pprof && w.pprof != nil {
+		e.GET("/debug/pprof/*", echo.WrapHandler(w.pprof))
 	}
 	return e
 }

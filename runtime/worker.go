@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -31,11 +32,16 @@ type Options struct {
 	Observe func(Event)
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Pprof serves /debug/pprof/ on the worker's Handler when DTQ_PPROF is set (nil:
+	// not served). The runtime imports no profiler: a program that wants one passes
+	// it, e.g. http.DefaultServeMux after importing net/http/pprof.
+	Pprof http.Handler
 }
 
 // Worker runs functions on tasks from the priority streams of its queues.
 type Worker struct {
 	cfg    Config
+	pprof  http.Handler
 	rdb    redis.UniversalClient
 	reg    *Registry
 	log    *slog.Logger
@@ -139,7 +145,7 @@ func New(o Options) (*Worker, error) {
 		now = time.Now
 	}
 	w := &Worker{
-		cfg: cfg, rdb: o.Redis, reg: o.Registry, now: now,
+		cfg: cfg, pprof: o.Pprof, rdb: o.Redis, reg: o.Registry, now: now,
 		ks: keys.New(cfg.KeyPrefix), id: cfg.WorkerID,
 		byName:      map[string]keys.Queue{},
 		vtMS:        int64(cfg.VisibilityTimeoutS * 1000),
@@ -211,6 +217,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// loops, the runtime metrics — begins as soon as the first fetch returned. On a cold
 	// start every first run of a code path costs page faults, and those would otherwise
 	// stand between the worker and its first task.
+	w.events.start()
 	w.blocker = newBlocker(w.rdb)
 	w.completerWG.Add(1)
 	go w.completer()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	_ "net/http/pprof" // registers /debug/pprof/ on http.DefaultServeMux: dtq worker passes it to the worker
 	"os"
 	"os/signal"
 	"strconv"
@@ -62,7 +63,8 @@ func runWorker(args []string) int {
 	// The worker's Redis health logs a refusal (a wrong password, a missing ACL
 	// permission) once; the loops retrying into it stay quiet about it until the exit.
 	quiet := slog.New(redisconn.QuietRefusals(log.Handler()))
-	w, err := runtime.New(runtime.Options{Config: cfg, Redis: rdb, Registry: function.Registry(), Logger: quiet})
+	w, err := runtime.New(runtime.Options{Config: cfg, Redis: rdb, Registry: function.Registry(), Logger: quiet,
+		Pprof: http.DefaultServeMux}) // net/http/pprof registered there; served with DTQ_PPROF only
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dtq worker: %v\n", err)
 		return exitUsage
