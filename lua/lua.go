@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -76,7 +75,7 @@ func Load(ctx context.Context, c redis.Scripter) error {
 
 // IsNoScript reports whether err says the script cache lost a script (Redis restarted).
 func IsNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+	return redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
 // Errors a script's return codes map to.

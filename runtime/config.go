@@ -47,7 +47,7 @@ type Config struct {
 	PollBlockMS int `env:"DTQ_POLL_BLOCK_MS, default=30000"`
 	// SchedulerIntervalS: seconds between scheduler passes (plus up to a fifth, at random).
 	SchedulerIntervalS float64 `env:"DTQ_SCHEDULER_INTERVAL_S, default=1"`
-	// SchedulerLockTTLMS: the leader lock's lifetime; renewed every pass.
+	// SchedulerLockTTLMS: the leader lock's lifetime; renewed once a third of it has passed.
 	SchedulerLockTTLMS int `env:"DTQ_SCHEDULER_LOCK_TTL_MS, default=10000"`
 	// EventsMaxLen: approximate cap of the events stream (0 = no events).
 	EventsMaxLen int64 `env:"DTQ_EVENTS_MAXLEN, default=10000"`

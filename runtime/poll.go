@@ -7,7 +7,6 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -188,10 +187,10 @@ func (w *Worker) block(ctx context.Context, calls *calls, capacity int64, paused
 		if ctx.Err() != nil {
 			return nil
 		}
-		if strings.HasPrefix(err.Error(), "NOGROUP") {
+		if redis.HasErrorPrefix(err, "NOGROUP") {
 			return w.ensureGroups(ctx)
 		}
-		if strings.HasPrefix(err.Error(), "UNBLOCKED") {
+		if redis.HasErrorPrefix(err, "UNBLOCKED") {
 			// a stream read was deleted or overwritten under the read: the next claim
 			// recreates it, or names it broken
 			return nil
@@ -445,7 +444,7 @@ func (w *Worker) ensureGroups(ctx context.Context) error {
 		}
 		return nil
 	})
-	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 		return err
 	}
 	return nil
