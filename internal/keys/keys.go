@@ -11,6 +11,10 @@
 //	PREFIX:{Q}:u:KEY                string: unique key → task id
 //	PREFIX:{Q}:paused               string: present while the queue is paused
 //	PREFIX:{Q}:r:CALL               string: a claim call's reply, while it may be resent
+//	PREFIX:{Q}:waiting              zset: "PAYLOADLIMIT WORKER" → until (ms): idle workers taking hand-offs
+//	PREFIX:{Q}:in:WORKER            stream, group "dtq": the worker's inbox of hand-offs, expires 10 min after its last use
+//	PREFIX:{Q}:handed               zset: "WORKER ROWID" → time (ms): hand-offs not yet received (rescued when unread)
+//	PREFIX:{Q}:left:WORKER          string: a draining process's tag, one minute
 //	PREFIX:queues                   set: every queue ever enqueued to
 //	PREFIX:workers                  set: worker ids that have heartbeated
 //	PREFIX:worker:ID                hash: a worker's heartbeat, expires after 3× the interval
