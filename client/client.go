@@ -356,8 +356,12 @@ func (c *Client) Requeue(ctx context.Context, queue, id string) error {
 	return lua.Requeue(ctx, c.rdb, c.ks.Queue(queue), id, c.now().UnixMilli())
 }
 
+// Worker is one worker's heartbeat record, with its liveness computed from the
+// heartbeat's age alone (live, stale or stopped).
+type Worker = liveness.Worker
+
 // Workers lists workers with their liveness computed from heartbeat age.
-func (c *Client) Workers(ctx context.Context) ([]liveness.Worker, error) {
+func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
 	return liveness.List(ctx, c.rdb, c.ks, c.now())
 }
 
