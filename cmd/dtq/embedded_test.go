@@ -118,6 +118,30 @@ func TestEmbeddedScriptCache(t *testing.T) {
 	})
 }
 
+// A script with Redis 7's flags (a shebang) runs by EVAL and by EVALSHA of what SCRIPT
+// LOAD loaded, with its own line numbers.
+func TestEmbeddedRunsFlaggedScripts(t *testing.T) {
+	t.Parallel()
+	const script = "#!lua flags=allow-oom\nreturn cmsgpack.unpack(cmsgpack.pack(ARGV[1]))"
+	servers(t, func(t *testing.T, rdb *redis.Client, _ string) {
+		ctx := context.Background()
+		if v, err := rdb.Eval(ctx, script, nil, "x").Text(); err != nil || v != "x" {
+			t.Fatalf("EVAL: %q, %v", v, err)
+		}
+		sha, err := rdb.ScriptLoad(ctx, script).Result()
+		if err != nil || sha != redis.NewScript(script).Hash() {
+			t.Fatalf("SCRIPT LOAD: %q, %v; want the script's SHA-1", sha, err)
+		}
+		if v, err := rdb.EvalSha(ctx, sha, nil, "y").Text(); err != nil || v != "y" {
+			t.Fatalf("EVALSHA: %q, %v", v, err)
+		}
+		err = rdb.Eval(ctx, "#!lua flags=allow-oom\nerror('here')", nil).Err()
+		if err == nil || !strings.Contains(err.Error(), ":2:") {
+			t.Fatalf("error of line 2: %v", err)
+		}
+	})
+}
+
 // Every script a worker, the scheduler and the CLI run, through their lua wrappers, on
 // the path the demo takes them: enqueue (a hand-off too), claim and the replay of its
 // receipt, touch, complete (retry, dead), the scheduler's claim and enqueue, reclaim
