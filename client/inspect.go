@@ -28,9 +28,13 @@ type QueueInfo struct {
 	Scheduled  int64      `json:"scheduled"` // delayed tasks and retries waiting for their time
 	DueNow     int64      `json:"due"`       // of those, due now (a leader moves them shortly)
 	Dead       int64      `json:"dead"`
+	// DeadTrimmed counts the dead tasks the scheduler leader deleted beyond the retention
+	// bounds (DTQ_DEAD_MAX, DTQ_DEAD_TTL_S), ever (PREFIX:{Q}:stats, field dead_trimmed).
+	DeadTrimmed int64 `json:"dead_trimmed"`
 }
 
-// Queue reads a queue's backlog: lag and pending per priority, scheduled, due, dead.
+// Queue reads a queue's backlog: lag and pending per priority, scheduled, due, dead, and
+// the dead tasks trimmed.
 func (c *Client) Queue(ctx context.Context, name string) (*QueueInfo, error) {
 	if err := keys.ValidQueue(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -45,14 +49,23 @@ func (c *Client) Queue(ctx context.Context, name string) (*QueueInfo, error) {
 	q := c.ks.Queue(name)
 	var scheduled *redis.IntCmd
 	var paused *redis.IntCmd
+	var trimmed *redis.StringCmd
 	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		scheduled = p.ZCard(ctx, q.Schedule())
 		paused = p.Exists(ctx, q.Paused())
+		trimmed = p.HGet(ctx, q.Stats(), keys.StatDeadTrimmed)
 		return nil
-	}); err != nil {
+	}); err != nil && err != redis.Nil {
 		return nil, fmt.Errorf("inspect %s: %w", name, err)
 	}
-	info := &QueueInfo{Queue: name, Paused: paused.Val() == 1, Scheduled: scheduled.Val(), DueNow: st[0].DueNow, Dead: st[0].Dead}
+	var nTrimmed int64
+	if err := trimmed.Err(); err != redis.Nil {
+		if nTrimmed, err = trimmed.Int64(); err != nil {
+			return nil, fmt.Errorf("inspect %s: %s: %w", name, keys.StatDeadTrimmed, err)
+		}
+	}
+	info := &QueueInfo{Queue: name, Paused: paused.Val() == 1, Scheduled: scheduled.Val(), DueNow: st[0].DueNow, Dead: st[0].Dead,
+		DeadTrimmed: nTrimmed}
 	for p := keys.MaxPriority; p >= 0; p-- {
 		b := st[0].Band[p]
 		info.Priorities = append(info.Priorities, BandInfo{Priority: p, Lag: b.Lag, Pending: b.Pending})

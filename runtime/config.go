@@ -42,6 +42,10 @@ type Config struct {
 	MaxPayloadBytes int `env:"DTQ_MAX_PAYLOAD_BYTES, default=1048576"`
 	// ResultTTLS: seconds a succeeded or cancelled task's record is kept (0 = forever).
 	ResultTTLS float64 `env:"DTQ_RESULT_TTL_S, default=86400"`
+	// DeadMax: dead tasks kept per queue; the scheduler leader deletes the oldest beyond it.
+	DeadMax int64 `env:"DTQ_DEAD_MAX, default=10000"`
+	// DeadTTLS: seconds a dead task is kept (0 = no age bound: DTQ_DEAD_MAX alone bounds them).
+	DeadTTLS float64 `env:"DTQ_DEAD_TTL_S, default=7776000"`
 	// PollBlockMS: longest blocking read while idle; new work wakes it at once and
 	// SIGTERM unblocks it, so this only bounds idle round trips.
 	PollBlockMS int `env:"DTQ_POLL_BLOCK_MS, default=30000"`
@@ -96,6 +100,8 @@ func EnvVars() []EnvVar {
 		{"PORT", "8080", "HTTP port for /healthz, /readyz, /metrics (0 = any free port)"},
 		{"DTQ_MAX_PAYLOAD_BYTES", "1048576", "largest payload accepted"},
 		{"DTQ_RESULT_TTL_S", "86400", "seconds finished task records are kept (0 = forever)"},
+		{"DTQ_DEAD_MAX", "10000", "dead tasks kept per queue; the scheduler leader deletes the oldest beyond it"},
+		{"DTQ_DEAD_TTL_S", "7776000", "seconds dead tasks are kept (90 days; 0 = no age bound, DTQ_DEAD_MAX still holds)"},
 		{"DTQ_POLL_BLOCK_MS", "30000", "longest idle blocking read (new work and SIGTERM end it at once)"},
 		{"DTQ_SCHEDULER_INTERVAL_S", "1", "seconds between scheduler passes (plus up to a fifth, at random)"},
 		{"DTQ_SCHEDULER_LOCK_TTL_MS", "10000", "scheduler leader lock lifetime (> the interval; a killed leader holds it this long)"},
@@ -149,6 +155,8 @@ var limits = map[string]limit{
 	"PORT":                      {0, 65535, ""},
 	"DTQ_MAX_PAYLOAD_BYTES":     {1, 512 << 20, "bytes"},
 	"DTQ_RESULT_TTL_S":          {0, year, "seconds"},
+	"DTQ_DEAD_MAX":              {1, 10_000_000, ""},
+	"DTQ_DEAD_TTL_S":            {0, 10 * year, "seconds"},
 	"DTQ_POLL_BLOCK_MS":         {1, 60000, "ms"},
 	"DTQ_SCHEDULER_INTERVAL_S":  {0.01, 60, "seconds"},
 	"DTQ_SCHEDULER_LOCK_TTL_MS": {100, 600000, "ms"},
@@ -216,6 +224,8 @@ func (c *Config) Validate() error {
 		{"PORT", float64(c.Port)},
 		{"DTQ_MAX_PAYLOAD_BYTES", float64(c.MaxPayloadBytes)},
 		{"DTQ_RESULT_TTL_S", c.ResultTTLS},
+		{"DTQ_DEAD_MAX", float64(c.DeadMax)},
+		{"DTQ_DEAD_TTL_S", c.DeadTTLS},
 		{"DTQ_POLL_BLOCK_MS", float64(c.PollBlockMS)},
 		{"DTQ_SCHEDULER_INTERVAL_S", c.SchedulerIntervalS},
 		{"DTQ_SCHEDULER_LOCK_TTL_MS", float64(c.SchedulerLockTTLMS)},

@@ -21,7 +21,8 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.DrainTimeoutS != 30 || c.VisibilityTimeoutS != 30 || c.HeartbeatIntervalS != 5 || c.Port != 8080 ||
-		c.MaxPayloadBytes != 1<<20 || len(c.Queues) != 1 || c.Queues[0] != "default" || c.KeyPrefix != "dtq" {
+		c.MaxPayloadBytes != 1<<20 || len(c.Queues) != 1 || c.Queues[0] != "default" || c.KeyPrefix != "dtq" ||
+		c.DeadMax != 10000 || c.DeadTTLS != 90*86400 {
 		t.Fatalf("defaults = %+v", c)
 	}
 	if !strings.HasPrefix(c.WorkerID, "worker-") || len(c.WorkerID) != len("worker-")+8 {
@@ -61,6 +62,10 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"DTQ_SCHEDULER_LOCK_TTL_MS": "500", "DTQ_SCHEDULER_INTERVAL_S": "1"}, "DTQ_SCHEDULER_LOCK_TTL_MS"},
 		{map[string]string{"DTQ_WORKER_MAX_TASKS": "-1"}, "DTQ_WORKER_MAX_TASKS"},
 		{map[string]string{"DTQ_WORKER_IDLE_EXIT_S": "-2"}, "DTQ_WORKER_IDLE_EXIT_S"},
+		{map[string]string{"DTQ_DEAD_MAX": "0"}, "DTQ_DEAD_MAX"}, // no "unbounded": see README
+		{map[string]string{"DTQ_DEAD_MAX": "20000000"}, "DTQ_DEAD_MAX"},
+		{map[string]string{"DTQ_DEAD_TTL_S": "-1"}, "DTQ_DEAD_TTL_S"},
+		{map[string]string{"DTQ_DEAD_TTL_S": "7776000000"}, "DTQ_DEAD_TTL_S"}, // 90 days in ms
 	} {
 		_, err := runtime.LoadConfig(context.Background(), envconfig.MapLookuper(c.env))
 		var ce *runtime.ConfigError

@@ -228,6 +228,7 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 		}
 		w.schedFaults.ok(q.Name)
 	}
+	w.trimDead(ctx) // retention.go: dead tasks beyond DTQ_DEAD_MAX or DTQ_DEAD_TTL_S
 	return nil
 }
 

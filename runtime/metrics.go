@@ -39,6 +39,7 @@ type metrics struct {
 	redisUp       prometheus.Gauge
 	handoffs      prometheus.Counter
 	rescued       prometheus.Counter
+	deadTrimmed   *prometheus.CounterVec
 
 	mu     sync.Mutex
 	byFunc map[string]*funcMetrics // cached label children: no per-task label hashing
@@ -88,10 +89,13 @@ func newMetrics(workerID string) *metrics {
 			Help: "Tasks an enqueue started for this worker while it waited idle (no claim round trip)."}),
 		rescued: prometheus.NewCounter(prometheus.CounterOpts{Name: "dtq_worker_handoffs_rescued_total", ConstLabels: l,
 			Help: "Tasks handed to a worker that never read them (it died waiting), put back on their stream by this worker as scheduler leader."}),
+		deadTrimmed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dtq_worker_dead_trimmed_total", ConstLabels: l,
+			Help: "Dead tasks this worker deleted as scheduler leader, beyond DTQ_DEAD_MAX or older than DTQ_DEAD_TTL_S (every leader's: the queue's stats hash, field dead_trimmed)."},
+			[]string{"queue"}),
 		byFunc: map[string]*funcMetrics{},
 	}
 	reg.MustRegister(m.inflight, m.concurrency, m.leader, m.draining, m.tasks, m.duration, m.pickup,
-		m.loopRestarts, m.redisErrors, m.eventsDropped, m.scheduled, m.roundTrips, m.redisUp, m.handoffs, m.rescued)
+		m.loopRestarts, m.redisErrors, m.eventsDropped, m.scheduled, m.roundTrips, m.redisUp, m.handoffs, m.rescued, m.deadTrimmed)
 	return m
 }
 

@@ -117,6 +117,8 @@ type Worker struct {
 
 	knownMu sync.Mutex
 	known   []string // every queue ever enqueued to, as of the scheduler's last pass
+
+	retention *retention // the scheduler leader's dead-task trimming (retention.go)
 }
 
 // Worker states, as reported in the heartbeat.

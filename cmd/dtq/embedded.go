@@ -13,8 +13,9 @@ import (
 // The demo's Redis when no redis-server is on PATH: miniredis, an in-process Redis. Its
 // Lua lacks the cmsgpack library that claim.lua keeps its receipts in (a claim's reply,
 // replayed when a claim is resent after its reply was lost); the server given here
-// provides one, written in Lua, to every script that names it. Real Redis runs the
-// scripts as they are: nothing of this is on its path.
+// provides one, written in Lua, to every script that names it. Nor does it know Redis
+// 7's script flags (a first line "#!lua flags=…", which trim_dead.lua has): that line is
+// made a comment. Real Redis runs the scripts as they are: nothing of this is on its path.
 
 // msgpackShim defines a local cmsgpack with pack and unpack, as one line: put before a
 // script, it shadows the global the script names and keeps its line numbers. Its
@@ -98,7 +99,8 @@ func startEmbedded() (*miniredis.Miniredis, error) {
 	return m, nil
 }
 
-// scriptShim rewrites the scripts that name cmsgpack before miniredis runs them.
+// scriptShim rewrites the scripts that name cmsgpack or start with flags before
+// miniredis runs them.
 type scriptShim struct {
 	srv *server.Server
 	mu  sync.Mutex
@@ -106,7 +108,22 @@ type scriptShim struct {
 }
 
 func needsShim(script string) bool {
-	return strings.Contains(script, "cmsgpack") && !strings.HasPrefix(script, shimMark)
+	return hasFlags(script) || strings.Contains(script, "cmsgpack") && !strings.HasPrefix(script, shimMark)
+}
+
+// hasFlags reports whether script starts with a shebang, which is not Lua to miniredis.
+func hasFlags(script string) bool { return strings.HasPrefix(script, "#!") }
+
+// shimmed is script as miniredis runs it: the shebang a comment, the same line numbers,
+// and the cmsgpack shim before it when it names cmsgpack.
+func shimmed(script string) string {
+	if hasFlags(script) {
+		script = "--" + script
+	}
+	if strings.Contains(script, "cmsgpack") {
+		script = msgpackShim + script
+	}
+	return script
 }
 
 // hook runs before every command; it returns true when it answered the command.
@@ -117,7 +134,7 @@ func (s *scriptShim) hook(c *server.Peer, cmd string, args ...string) bool {
 			return false
 		}
 		s.remember(args[0])
-		s.srv.Dispatch(c, append([]string{cmd, msgpackShim + args[0]}, args[1:]...))
+		s.srv.Dispatch(c, append([]string{cmd, shimmed(args[0])}, args[1:]...))
 		return true
 	case "EVALSHA", "EVALSHA_RO":
 		if len(args) == 0 {
@@ -133,13 +150,17 @@ func (s *scriptShim) hook(c *server.Peer, cmd string, args ...string) bool {
 		if cmd == "EVALSHA_RO" {
 			eval = "EVAL_RO"
 		}
-		s.srv.Dispatch(c, append([]string{eval, msgpackShim + src}, args[1:]...))
+		s.srv.Dispatch(c, append([]string{eval, shimmed(src)}, args[1:]...))
 		return true
 	case "SCRIPT":
 		// miniredis loads the script as sent (it only parses it) and answers its SHA-1;
 		// EVALSHA of that SHA-1 then runs it shimmed.
 		if len(args) == 2 && strings.EqualFold(args[0], "LOAD") && needsShim(args[1]) {
-			s.remember(args[1])
+			sha := s.remember(args[1])
+			if hasFlags(args[1]) { // miniredis would not parse it: answer as Redis does
+				c.WriteBulk(sha)
+				return true
+			}
 		}
 		if len(args) >= 1 && strings.EqualFold(args[0], "FLUSH") {
 			s.mu.Lock()
@@ -150,9 +171,12 @@ func (s *scriptShim) hook(c *server.Peer, cmd string, args ...string) bool {
 	return false
 }
 
-func (s *scriptShim) remember(script string) {
+// remember keeps script under its SHA-1, which it returns.
+func (s *scriptShim) remember(script string) string {
 	sum := sha1.Sum([]byte(script))
+	sha := hex.EncodeToString(sum[:])
 	s.mu.Lock()
-	s.src[hex.EncodeToString(sum[:])] = script
+	s.src[sha] = script
 	s.mu.Unlock()
+	return sha
 }

@@ -118,11 +118,35 @@ func TestEmbeddedScriptCache(t *testing.T) {
 	})
 }
 
+// A script with Redis 7's flags (a shebang) runs by EVAL and by EVALSHA of what SCRIPT
+// LOAD loaded, with its own line numbers.
+func TestEmbeddedRunsFlaggedScripts(t *testing.T) {
+	t.Parallel()
+	const script = "#!lua flags=allow-oom\nreturn cmsgpack.unpack(cmsgpack.pack(ARGV[1]))"
+	servers(t, func(t *testing.T, rdb *redis.Client, _ string) {
+		ctx := context.Background()
+		if v, err := rdb.Eval(ctx, script, nil, "x").Text(); err != nil || v != "x" {
+			t.Fatalf("EVAL: %q, %v", v, err)
+		}
+		sha, err := rdb.ScriptLoad(ctx, script).Result()
+		if err != nil || sha != redis.NewScript(script).Hash() {
+			t.Fatalf("SCRIPT LOAD: %q, %v; want the script's SHA-1", sha, err)
+		}
+		if v, err := rdb.EvalSha(ctx, sha, nil, "y").Text(); err != nil || v != "y" {
+			t.Fatalf("EVALSHA: %q, %v", v, err)
+		}
+		err = rdb.Eval(ctx, "#!lua flags=allow-oom\nerror('here')", nil).Err()
+		if err == nil || !strings.Contains(err.Error(), ":2:") {
+			t.Fatalf("error of line 2: %v", err)
+		}
+	})
+}
+
 // Every script a worker, the scheduler and the CLI run, through their lua wrappers, on
 // the path the demo takes them: enqueue (a hand-off too), claim and the replay of its
 // receipt, touch, complete (retry, dead), the scheduler's claim and enqueue, reclaim
 // from a silent worker, requeue, cancel, rescue of an unread hand-off, leave, the
-// scheduler lock.
+// scheduler lock, the retention's trim of dead tasks.
 func TestEmbeddedRunsEveryScript(t *testing.T) {
 	t.Parallel()
 	servers(t, func(t *testing.T, rdb *redis.Client, prefix string) {
@@ -230,6 +254,25 @@ func TestEmbeddedRunsEveryScript(t *testing.T) {
 		}
 		if left, err := lua.Leave(ctx, rdb, q, "w3", "w3", 1<<20); err != nil || len(left) != 0 {
 			t.Fatalf("leave: %v %v", left, err)
+		}
+
+		// The retention deletes a dead task and frees its unique key.
+		if _, _, err := lua.Enqueue(ctx, rdb, q, lua.EnqueueArgs{ID: "c", Function: "f", NowMS: now, RunAtMS: now, Unique: "uc"}); err != nil {
+			t.Fatal(err)
+		}
+		c := claim("w4", "c6", "c5", false)
+		if len(c.Started) != 1 || c.Started[0].ID != "c" {
+			t.Fatalf("claim of c: %+v", c)
+		}
+		if ok, err := lua.Complete(ctx, rdb, q, now, 60000, []lua.Completion{{ID: "c", Entry: c.Started[0].Entry,
+			Attempt: c.Started[0].Attempt, Unique: "uc", Outcome: lua.Dead, Text: "gave up"}}); err != nil || !ok[0] {
+			t.Fatalf("complete c (dead): %v %v", ok, err)
+		}
+		if r, err := lua.TrimDead(ctx, rdb, q, lua.TrimDeadArgs{NowMS: now + 1, TTLMS: 1, Limit: 10}); err != nil || r.Trimmed != 1 {
+			t.Fatalf("trim dead: %+v %v", r, err)
+		}
+		if n := rdb.Exists(ctx, q.Task("c"), q.Unique("uc")).Val(); n != 0 || rdb.HGet(ctx, q.Stats(), keys.StatDeadTrimmed).Val() != "1" {
+			t.Fatalf("after the trim: %d of c's keys left, stats %v", n, rdb.HGetAll(ctx, q.Stats()).Val())
 		}
 
 		// The scheduler lock.

@@ -15,6 +15,7 @@
 //	PREFIX:{Q}:in:WORKER            stream, group "dtq": the worker's inbox of hand-offs, expires 10 min after its last use
 //	PREFIX:{Q}:handed               zset: "WORKER ROWID" → time (ms): hand-offs not yet received (rescued when unread)
 //	PREFIX:{Q}:left:WORKER          string: a draining process's tag, one minute
+//	PREFIX:{Q}:stats                hash: the queue's counters (dead_trimmed)
 //	PREFIX:queues                   set: every queue ever enqueued to
 //	PREFIX:workers                  set: worker ids that have heartbeated
 //	PREFIX:worker:ID                hash: a worker's heartbeat, expires after 3× the interval
@@ -143,6 +144,14 @@ func (q Queue) Claimed() string { return q.base + "claimed" }
 
 // Dead is the zset of dead tasks.
 func (q Queue) Dead() string { return q.base + "dead" }
+
+// Stats is the hash of the queue's counters kept in Redis, so that they outlive the
+// worker that counted and any observer reads them (field StatDeadTrimmed).
+func (q Queue) Stats() string { return q.base + "stats" }
+
+// StatDeadTrimmed is the field of Stats counting the dead tasks the scheduler leader
+// deleted under the retention bounds (DTQ_DEAD_MAX, DTQ_DEAD_TTL_S).
+const StatDeadTrimmed = "dead_trimmed"
 
 // Unique returns the key holding the task id enqueued under a unique key.
 func (q Queue) Unique(key string) string { return q.base + "u:" + key }

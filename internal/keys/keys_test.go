@@ -23,7 +23,7 @@ func TestValidQueue(t *testing.T) {
 func TestKeysShareTheQueueSlot(t *testing.T) {
 	t.Parallel()
 	q := New("").Queue("emails")
-	for _, k := range append(q.Streams[:], q.Task("x"), q.Schedule(), q.Claimed(), q.Dead(), q.Unique("u"), q.Paused()) {
+	for _, k := range append(q.Streams[:], q.Task("x"), q.Schedule(), q.Claimed(), q.Dead(), q.Unique("u"), q.Paused(), q.Stats()) {
 		if !strings.HasPrefix(k, "dtq:{emails}:") {
 			t.Errorf("key %q does not carry the {emails} hash tag", k)
 		}
