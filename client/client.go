@@ -89,8 +89,9 @@ type Task struct {
 	Timeout time.Duration
 	// Unique: a second enqueue with the same key (in the same queue) returns the first
 	// task's id and creates nothing, for as long as the first task's record exists
-	// (succeeded and cancelled records live DTQ_RESULT_TTL_S). A key whose task is gone
-	// is free.
+	// (succeeded and cancelled records live DTQ_RESULT_TTL_S; dead ones until the
+	// scheduler leader trims them, DTQ_DEAD_MAX and DTQ_DEAD_TTL_S). A key whose task is
+	// gone is free.
 	Unique string
 	// ReuseUnique: when the task holding Unique is dead or cancelled, create this task
 	// and pass the key to it (the old record keeps its history without the key).

@@ -143,6 +143,10 @@
 //     for 1 s doubling to 10 s while every other queue is served, and the log names the
 //     keys of the wrong type (lua.Diagnose). Errors of the server as a whole (network,
 //     LOADING, READONLY, OOM) still fail and restart the loop.
+//   - Retention (retention.go): the scheduler leader trims each known queue's dead
+//     tasks beyond DTQ_DEAD_MAX or older than DTQ_DEAD_TTL_S (trim_dead.lua: the dead
+//     member, the record while it is still dead, and its unique key while it names the
+//     task), at most 200 a call, and counts them in the queue's stats hash.
 //   - Malformed entries (no task field, a bad attempt, a task that does not exist) become
 //     dead records "invalid-<entry id>" that keep the raw fields; payloads over
 //     DTQ_MAX_PAYLOAD_BYTES are killed at claim with a clear error.
