@@ -573,3 +573,29 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		t.Fatalf("%+v %v", cfg, err)
 	}
 }
+
+// A queue whose key Redis refuses (another type) reports its error; the other queues
+// are still read, and a listing of the broken band is a 500 naming Redis's reply.
+func TestBrokenQueueStopsNoOtherQueue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.enqueue(client.Task{Queue: "good", Function: "noop"})
+	e.enqueue(client.Task{Queue: "bad", Function: "noop", Priority: 4})
+	ctx := context.Background()
+	q := e.ks.Queue("bad")
+	if err := e.rdb.Del(ctx, q.Stream(4)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.Set(ctx, q.Stream(4), "not a stream", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	qs := e.get("/api/v1/queues")["queues"].([]any)
+	if len(qs) != 2 {
+		t.Fatalf("queues: %v", qs)
+	}
+	bad, good := qs[0].(map[string]any), qs[1].(map[string]any)
+	if !strings.Contains(fmt.Sprint(bad["error"]), "WRONGTYPE") || good["lag"] != 1.0 || good["error"] != nil {
+		t.Fatalf("bad %v, good %v", bad, good)
+	}
+	wantError(t, e.do(http.MethodGet, "/api/v1/queues/bad/tasks?band=4", ""), http.StatusInternalServerError, "redis_error", "WRONGTYPE")
+}
