@@ -1,5 +1,5 @@
 // Command dtq is the worker, the producer and inspection CLI, the demo, and the way in
-// to the scaler (dtq-scaler) and the benchmarks (go run ./bench).
+// to the scaler (dtq-scaler), the observer (dtq-observer) and the benchmarks (go run ./bench).
 package main
 
 import (
@@ -19,6 +19,7 @@ func commands() []command {
 	return []command{
 		{"worker", "run a worker (config from DTQ_* environment variables)", runWorker},
 		{"scaler", "run the KEDA external scaler (gRPC) and its metrics endpoint", runScaler},
+		{"observer", "run the observer: a JSON API over queues, tasks and workers", runObserver},
 		{"enqueue", "enqueue a task and print its id", runEnqueue},
 		{"inspect", "print a task or a queue as JSON", runInspect},
 		{"cancel", "cancel a queued or scheduled task", runCancel},
@@ -42,7 +43,7 @@ func usage(w io.Writer) {
 
 // ownLogs are the commands that set up their logging themselves (from their
 // configuration) or replace this process.
-var ownLogs = map[string]bool{"worker": true, "scaler": true, "bench": true}
+var ownLogs = map[string]bool{"worker": true, "scaler": true, "observer": true, "bench": true}
 
 func main() {
 	if len(os.Args) < 2 {

@@ -11,26 +11,30 @@ import (
 // scalerBinary is the scaler's own binary, next to dtq or on PATH.
 const scalerBinary = "dtq-scaler"
 
-// runScaler runs `dtq scaler` by replacing this process with dtq-scaler (same
-// arguments, same environment, same pid: signals reach it directly). The scaler is a
-// binary of its own so that this one, the worker started on every scale-up, stays small.
-func runScaler(args []string) int {
+// runScaler runs `dtq scaler` by replacing this process with dtq-scaler. The scaler is
+// a binary of its own so that this one, the worker started on every scale-up, stays small.
+func runScaler(args []string) int { return execSibling("scaler", scalerBinary, args) }
+
+// execSibling runs `dtq <command>` by replacing this process with binary (same
+// arguments, same environment, same pid: signals reach it directly), found next to
+// dtq or else on PATH. It returns only when the exec failed.
+func execSibling(command, binary string, args []string) int {
 	path := ""
 	if self, err := os.Executable(); err == nil {
-		if p := filepath.Join(filepath.Dir(self), scalerBinary); isFile(p) {
+		if p := filepath.Join(filepath.Dir(self), binary); isFile(p) {
 			path = p
 		}
 	}
 	if path == "" {
-		p, err := exec.LookPath(scalerBinary)
+		p, err := exec.LookPath(binary)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "dtq scaler: %s is neither next to dtq nor on PATH (go build -o DIR ./cmd/dtq-scaler)\n", scalerBinary)
+			fmt.Fprintf(os.Stderr, "dtq %s: %s is neither next to dtq nor on PATH (go build -o DIR ./cmd/%s)\n", command, binary, binary)
 			return exitFail
 		}
 		path = p
 	}
 	err := syscall.Exec(path, append([]string{path}, args...), os.Environ())
-	fmt.Fprintf(os.Stderr, "dtq scaler: exec %s: %v\n", path, err)
+	fmt.Fprintf(os.Stderr, "dtq %s: exec %s: %v\n", command, path, err)
 	return exitFail
 }
 

@@ -43,19 +43,23 @@ func TestImage(t *testing.T) {
 	if cfg.User != "65532:65532" || cfg.StopSignal != "SIGTERM" || !slices.Equal(cfg.Entrypoint, []string{"/dtq"}) || !slices.Equal(cfg.Cmd, []string{"worker"}) {
 		t.Errorf("image config %+v, want user 65532:65532, SIGTERM, entrypoint /dtq, cmd worker", cfg)
 	}
-	// The image is the two static binaries (dtq, and dtq-scaler that `dtq scaler` execs)
-	// plus the CA bundle and passwd: under 1 MB beside them, so no base image or build
-	// leftovers crept in.
+	// The image is the three static binaries (dtq, and dtq-scaler and dtq-observer that
+	// `dtq scaler` and `dtq observer` exec) plus the CA bundle and passwd: under 1 MB
+	// beside them, so no base image or build leftovers crept in.
 	size, _ := strconv.ParseInt(os.Getenv("DTQ_TEST_IMAGE_SIZE"), 10, 64)
-	bin, scaler := binarySize(t, "dtq"), binarySize(t, "dtq-scaler")
-	if size <= 0 || size-bin-scaler >= 1_000_000 {
-		t.Errorf("image size %d bytes, binaries %d + %d: want the binaries and under 1 MB beside them", size, bin, scaler)
+	bin, scaler, observer := binarySize(t, "dtq"), binarySize(t, "dtq-scaler"), binarySize(t, "dtq-observer")
+	if size <= 0 || size-bin-scaler-observer >= 1_000_000 {
+		t.Errorf("image size %d bytes, binaries %d + %d + %d: want the binaries and under 1 MB beside them", size, bin, scaler, observer)
 	}
-	t.Logf("lifecycle: image size %.1f MB: dtq %.1f MB (the worker), dtq-scaler %.1f MB", float64(size)/1e6, float64(bin)/1e6, float64(scaler)/1e6)
+	t.Logf("lifecycle: image size %.1f MB: dtq %.1f MB (the worker), dtq-scaler %.1f MB, dtq-observer %.1f MB", float64(size)/1e6, float64(bin)/1e6, float64(scaler)/1e6, float64(observer)/1e6)
 	// The one image also serves the scaler (and the CLI).
 	out2, err := exec.Command("docker", "run", "--rm", "--label", label(), image, "scaler", "--help").CombinedOutput()
 	if err != nil || !strings.Contains(string(out2), "DTQ_SCALER_ADDR") {
 		t.Errorf("dtq scaler --help in the image: %v\n%s", err, out2)
+	}
+	out3, err := exec.Command("docker", "run", "--rm", "--label", label(), image, "observer", "--help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out3), "DTQ_OBSERVER_TOKEN") {
+		t.Errorf("dtq observer --help in the image: %v\n%s", err, out3)
 	}
 }
 

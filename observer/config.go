@@ -1,0 +1,96 @@
+package observer
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/sethvargo/go-envconfig"
+
+	"github.com/dtq/dtq/internal/envcfg"
+)
+
+// Config is the observer's configuration, read from the environment.
+type Config struct {
+	// RedisURL: redis://, rediss://, redis+cluster://, redis+sentinel:// (as the worker's).
+	RedisURL string `env:"DTQ_REDIS_URL, default=redis://127.0.0.1:6379/0"`
+	// RedisCAFile: PEM CA bundle for rediss:// ("" = system roots).
+	RedisCAFile string `env:"DTQ_REDIS_CA_FILE"`
+	// KeyPrefix: the first part of every key; must match the workers'.
+	KeyPrefix string `env:"DTQ_KEY_PREFIX, default=dtq"`
+	// Port: HTTP port of the API, /healthz, /readyz and /metrics.
+	Port int `env:"PORT, default=8080"`
+	// Token: the bearer token of the actions (pause, resume, cancel, requeue); unset,
+	// the actions are off.
+	Token string `env:"DTQ_OBSERVER_TOKEN"`
+	// ReadOpen: the read endpoints need no token; false: they need it too.
+	ReadOpen bool `env:"DTQ_OBSERVER_READ_OPEN, default=true"`
+	// LogFormat: json, text, or auto (text on a terminal, json otherwise).
+	LogFormat string `env:"DTQ_LOG_FORMAT, default=auto"`
+	// LogLevel: debug, info, warn, error.
+	LogLevel string `env:"DTQ_LOG_LEVEL, default=info"`
+}
+
+// MinTokenBytes is the shortest DTQ_OBSERVER_TOKEN accepted.
+const MinTokenBytes = 16
+
+// EnvVar describes one variable for --help.
+type EnvVar struct{ Name, Default, Help string }
+
+// EnvVars lists every variable the observer reads, with its default.
+func EnvVars() []EnvVar {
+	return []EnvVar{
+		{"DTQ_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis: redis://, rediss://, redis+cluster://, redis+sentinel://"},
+		{"DTQ_REDIS_CA_FILE", "", "PEM CA bundle trusted for rediss://"},
+		{"DTQ_KEY_PREFIX", "dtq", "prefix of every Redis key (the workers' prefix)"},
+		{"PORT", "8080", "HTTP port of the API, /healthz, /readyz, /metrics; 0..65535 (0 = any free port)"},
+		{"DTQ_OBSERVER_TOKEN", "", fmt.Sprintf("bearer token of the actions (pause, resume, cancel, requeue), at least %d bytes; unset: actions off", MinTokenBytes)},
+		{"DTQ_OBSERVER_READ_OPEN", "true", "read endpoints need no token (false: they need DTQ_OBSERVER_TOKEN too)"},
+		{"DTQ_LOG_FORMAT", "auto", "json, text or auto"},
+		{"DTQ_LOG_LEVEL", "info", "debug, info, warn, error"},
+	}
+}
+
+// LoadConfig reads and validates the configuration. A bad value is an *envcfg.Error
+// naming its variable.
+func LoadConfig(ctx context.Context, env envconfig.Lookuper) (Config, error) {
+	var c Config
+	if err := envcfg.Load(ctx, env, &c); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// Validate checks every field.
+func (c Config) Validate() error {
+	switch {
+	case c.KeyPrefix == "" || len(c.KeyPrefix) > 64 || !printable(c.KeyPrefix) || strings.ContainsAny(c.KeyPrefix, "{}"):
+		// the worker's rule: a prefix one accepts, the other does too
+		return envcfg.Bad("DTQ_KEY_PREFIX", fmt.Errorf("%q must be 1..64 printable characters without braces or spaces", c.KeyPrefix))
+	case c.Port < 0 || c.Port > 65535:
+		return envcfg.Bad("PORT", fmt.Errorf("%d must be within 0..65535", c.Port))
+	case c.Token != "" && len(c.Token) < MinTokenBytes:
+		// The token's value is never printed.
+		return envcfg.Bad("DTQ_OBSERVER_TOKEN", fmt.Errorf("%d bytes is too short: at least %d", len(c.Token), MinTokenBytes))
+	case c.Token != "" && !printable(c.Token):
+		return envcfg.Bad("DTQ_OBSERVER_TOKEN", fmt.Errorf("must be printable ASCII without spaces"))
+	case !c.ReadOpen && c.Token == "":
+		return envcfg.Bad("DTQ_OBSERVER_READ_OPEN", fmt.Errorf("false needs DTQ_OBSERVER_TOKEN set"))
+	case c.LogFormat != "auto" && c.LogFormat != "json" && c.LogFormat != "text":
+		return envcfg.Bad("DTQ_LOG_FORMAT", fmt.Errorf("%q must be auto, json or text", c.LogFormat))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+		return nil
+	}
+	return envcfg.Bad("DTQ_LOG_LEVEL", fmt.Errorf("%q must be debug, info, warn or error", c.LogLevel))
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
