@@ -20,6 +20,15 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
+# staticcheck, its checks as staticcheck.conf sets them; installed from the Go module
+# proxy when missing (the version is pinned: a new release can add checks)
+staticcheck_version=v0.8.2
+sc=$(go env GOPATH)/bin/staticcheck
+if ! "$sc" -version 2>/dev/null | grep -q "(${staticcheck_version#v})"; then
+  echo "test.sh: installing staticcheck $staticcheck_version" >&2
+  GOFLAGS= go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
+fi
+"$sc" ./...
 go test -race -count=1 ./...
 
 if [ "${1:-}" = "--all" ]; then

@@ -563,13 +563,6 @@ func (h *harness) enqueue(ctx context.Context, specs []Spec, tasks []client.Task
 	return nil
 }
 
-// addSpec records a task the harness enqueued outside the waves (probes).
-func (h *harness) addSpec(s Spec) {
-	h.mu.Lock()
-	h.specs = append(h.specs, s)
-	h.mu.Unlock()
-}
-
 func (h *harness) addFault(f Fault) {
 	h.mu.Lock()
 	h.faults = append(h.faults, f)
