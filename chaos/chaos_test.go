@@ -35,6 +35,7 @@ func TestChaosCI(t *testing.T) {
 		Workers: 3, Concurrency: 8, Tasks: 1500,
 		EnqueueFor: 8 * time.Second, FaultEvery: time.Second,
 		Kills: 2, Terms: 2, Freezes: 1, LeaderKills: 1,
+		Bursts: 1, Pauses: 1, BrokenKeys: 1, RegistryDeletes: 1, LongShare: 0.005,
 		VisibilityTimeout: 3 * time.Second, HeartbeatInterval: 300 * time.Millisecond,
 		Deadline: 2 * time.Minute,
 		Log:      logWriter{t},
@@ -74,7 +75,8 @@ func TestRedisFaultsCI(t *testing.T) {
 	o := chaos.Options{
 		InProcess: true, Workers: 3, Concurrency: 8, Tasks: 800,
 		EnqueueFor: 8 * time.Second, FaultEvery: 600 * time.Millisecond,
-		RedisRestarts: 2, ConnCuts: 3, ReplyCuts: 6, Outages: 1, Delays: 1,
+		RedisRestarts: 2, ConnCuts: 3, ReplyCuts: 6, Outages: 1, Delays: 1, LongOutages: 1,
+		Bursts: 1, Pauses: 1, BrokenKeys: 1, RegistryDeletes: 1, LongShare: 0.005,
 		VisibilityTimeout: 3 * time.Second, HeartbeatInterval: 300 * time.Millisecond,
 		Deadline: 2 * time.Minute,
 		Log:      logWriter{t},
