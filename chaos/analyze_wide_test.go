@@ -45,15 +45,16 @@ func TestAnalyzePause(t *testing.T) {
 	}
 }
 
-// A broken key: each other queue must start one of its probes before the key is mended.
+// A broken key: each other queue must start tasks before the key is mended (here b's
+// backlog runs ahead of its probe, c starts nothing until after the mend).
 func TestAnalyzeBrokenKeyStall(t *testing.T) {
 	t.Parallel()
 	specs := []chaos.Spec{
-		{Queue: "b", ID: "probe", Function: "noop", MaxRetries: 3},
+		{Queue: "b", ID: "backlog", Function: "noop", MaxRetries: 3},
 		{Queue: "c", ID: "probe", Function: "noop", MaxRetries: 3},
 	}
-	finals := map[string]chaos.Final{"b\x00probe": ok("w1", "1"), "c\x00probe": ok("w1", "1")}
-	pb := ex("probe", 1, "w1", 10, 200, 210, chaos.OutcomeOK)
+	finals := map[string]chaos.Final{"b\x00backlog": ok("w1", "1"), "c\x00probe": ok("w1", "1")}
+	pb := ex("backlog", 1, "w1", 10, 200, 210, chaos.OutcomeOK)
 	pb.Queue = "b"
 	pc := ex("probe", 1, "w1", 10, 1500, 1510, chaos.OutcomeOK) // only after the mend
 	pc.Queue = "c"

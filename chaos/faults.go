@@ -435,6 +435,11 @@ func (h *harness) finish(ctx context.Context, ledgerDir string) (Report, error) 
 	}
 	rep.Crashes = len(crashes)
 	rep.Problems = append(rep.Problems, crashes...)
+	if rep.Pauses > 0 {
+		if rep.PauseReturned, err = h.countEvents(ctx, "TASK_RETURNED_PAUSED"); err != nil {
+			return rep, fmt.Errorf("chaos: read the events: %w", err)
+		}
+	}
 	rep.Tasks = len(specs)
 	for _, s := range specs {
 		if s.Long {

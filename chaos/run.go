@@ -117,8 +117,11 @@ type Report struct {
 	LongOutages   int `json:"long_outages"`
 	Bursts        int `json:"bursts"`
 	// SharedEntryIDs counts the entries of bursts whose id another stream holds too.
-	SharedEntryIDs  int `json:"shared_entry_ids"`
-	Pauses          int `json:"pauses"`
+	SharedEntryIDs int `json:"shared_entry_ids"`
+	Pauses         int `json:"pauses"`
+	// PauseReturned counts deliveries a worker got while its queue was paused and put
+	// back unstarted (TASK_RETURNED_PAUSED events; a lower bound, events are best-effort).
+	PauseReturned   int `json:"pause_returned"`
 	BrokenKeys      int `json:"broken_keys"`
 	BrokenSchedules int `json:"broken_schedules"`
 	// BrokenHeld counts entries or schedule items set aside with a broken key (they ran
@@ -183,8 +186,9 @@ func (r Report) String() string {
 	p("  keyspace, client  %d bursts (%d entries whose id another stream holds too), %d pauses, %d broken band streams and %d broken schedules (%d items held back), %d registry deletions",
 		r.Bursts, r.SharedEntryIDs, r.Pauses, r.BrokenKeys, r.BrokenSchedules, r.BrokenHeld, r.RegistryDeletes)
 	p("  long tasks        %d (2–3× the visibility timeout), %d re-executed (%d unexplained)", r.LongTasks, r.LongReexec, r.LongUnexplained)
-	p("  pauses            %d starts in a pause window: %d started in Redis before it, %d claimed while Pause was being sent, %d after it (violations)", r.PauseHeld+r.PauseStraddle+r.PauseStarts, r.PauseHeld, r.PauseStraddle, r.PauseStarts)
-	p("  broken keys       %d windows in which no other queue started its probe (violations)", r.BrokenStalls)
+	p("  pauses            %d starts in a pause window: %d started in Redis before it, %d claimed while Pause was being sent, %d after it (violations); %d deliveries put back unstarted",
+		r.PauseHeld+r.PauseStraddle+r.PauseStarts, r.PauseHeld, r.PauseStraddle, r.PauseStarts, r.PauseReturned)
+	p("  broken keys       %d queues that started nothing while another queue's key was broken (violations)", r.BrokenStalls)
 	p("  outcome           %d succeeded, %d dead (%d planned, %d out of retries after lost workers)", r.Succeeded, r.Dead, r.DeadPlanned, r.DeadWorkerLost)
 	p("  lost              %d", r.Lost)
 	p("  duplicate starts  %d", r.DuplicateStarts)

@@ -326,3 +326,24 @@ func (h *harness) longOutage(ctx context.Context) {
 	h.count(func(r *Report) { r.LongOutages++ })
 	h.say("Redis unreachable for %s, twice the visibility timeout", end.Sub(at).Round(time.Millisecond))
 }
+
+// countEvents counts the events of type typ on the run's event stream. Events are
+// published best-effort (a full buffer or an unreachable Redis drops them): a lower bound.
+func (h *harness) countEvents(ctx context.Context, typ string) (int, error) {
+	n, from := 0, "-"
+	for {
+		msgs, err := h.rdb.XRangeN(ctx, h.ks.Events(), from, "+", 5000).Result()
+		if err != nil {
+			return n, err
+		}
+		for _, m := range msgs {
+			if m.Values["type"] == typ {
+				n++
+			}
+		}
+		if len(msgs) < 5000 {
+			return n, nil
+		}
+		from = "(" + msgs[len(msgs)-1].ID
+	}
+}
