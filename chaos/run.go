@@ -126,10 +126,16 @@ type Report struct {
 	BrokenSchedules int `json:"broken_schedules"`
 	// BrokenHeld counts entries or schedule items set aside with a broken key (they ran
 	// after it was mended).
-	BrokenHeld      int  `json:"broken_held"`
-	RegistryDeletes int  `json:"registry_deletes"`
-	LongTasks       int  `json:"long_tasks"`
-	StrictOutages   bool `json:"strict_outages"`
+	BrokenHeld      int `json:"broken_held"`
+	RegistryDeletes int `json:"registry_deletes"`
+	// RegistryStalls counts queues whose delayed task or retry did not move after the
+	// registry was deleted (the harness then registered the queues again).
+	RegistryStalls int `json:"registry_stalls"`
+	// RegistryPartialLeader counts deletions while the scheduler leader did not serve
+	// every queue itself: the case where the registry matters.
+	RegistryPartialLeader int  `json:"registry_partial_leader"`
+	LongTasks             int  `json:"long_tasks"`
+	StrictOutages         bool `json:"strict_outages"`
 	// LoopRestarts: supervised loop restarts of the workers (in-process runs), during the
 	// faults and after them (a crash loop would keep restarting once Redis is healthy).
 	LoopRestarts      int `json:"loop_restarts"`
@@ -169,6 +175,9 @@ func (r Report) Violations() []string {
 	if r.Leftover > 0 {
 		v = append(v, fmt.Sprintf("%d stream entries or schedule items left over", r.Leftover))
 	}
+	if r.RegistryStalls > 0 {
+		v = append(v, fmt.Sprintf("%d queues whose delayed tasks stopped moving when the registry was deleted", r.RegistryStalls))
+	}
 	if r.StrictOutages && r.ReexecOutage > 0 {
 		v = append(v, fmt.Sprintf("%d re-executions of live workers' tasks after long outages", r.ReexecOutage))
 	}
@@ -188,6 +197,8 @@ func (r Report) String() string {
 	p("  long tasks        %d (2–3× the visibility timeout), %d re-executed (%d unexplained)", r.LongTasks, r.LongReexec, r.LongUnexplained)
 	p("  pauses            %d starts in a pause window: %d started in Redis before it, %d claimed while Pause was being sent, %d after it (violations); %d deliveries put back unstarted",
 		r.PauseHeld+r.PauseStraddle+r.PauseStarts, r.PauseHeld, r.PauseStraddle, r.PauseStarts, r.PauseReturned)
+	p("  registry          %d deletions, %d while the leader did not serve every queue; %d queues whose delayed task or retry did not move within 10 s (violations)",
+		r.RegistryDeletes, r.RegistryPartialLeader, r.RegistryStalls)
 	p("  broken keys       %d queues that started nothing while another queue's key was broken (violations)", r.BrokenStalls)
 	p("  outcome           %d succeeded, %d dead (%d planned, %d out of retries after lost workers)", r.Succeeded, r.Dead, r.DeadPlanned, r.DeadWorkerLost)
 	p("  lost              %d", r.Lost)
@@ -281,6 +292,9 @@ type harness struct {
 
 	queuesOf func(slot int) string
 
+	// enqMu is held by each enqueue call with its bookkeeping, and by a pause around its
+	// snapshots: no task is created that the snapshots cannot see.
+	enqMu  sync.Mutex
 	mu     sync.Mutex
 	specs  []Spec
 	faults []Fault
@@ -591,6 +605,7 @@ func (h *harness) enqueue(ctx context.Context, specs []Spec, tasks []client.Task
 		for j, i := range todo {
 			batch[j] = tasks[i]
 		}
+		h.enqMu.Lock()
 		now := time.Now()
 		res, err := h.c.EnqueueMany(ctx, batch)
 		var again []int
@@ -616,6 +631,7 @@ func (h *harness) enqueue(ctx context.Context, specs []Spec, tasks []client.Task
 				h.mu.Unlock()
 			}
 		}
+		h.enqMu.Unlock()
 		todo = again
 		if len(todo) == 0 {
 			return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -135,16 +136,23 @@ func (h *harness) attempts(ctx context.Context, queue string) (map[string]int64,
 // 1–2 s and resumes the queue. The analysis checks the ledger against the window.
 func (h *harness) pause(ctx context.Context, n int) error {
 	queue := h.o.Queues[h.intn(len(h.o.Queues))]
+	// No enqueue in flight from the first snapshot to the second: a task the waves
+	// created then would be in Redis (perhaps handed to an idle worker before the
+	// pause) but in neither snapshot.
+	h.enqMu.Lock()
 	before, err := h.attempts(ctx, queue)
 	if err != nil {
+		h.enqMu.Unlock()
 		return fmt.Errorf("chaos: pause: %w", err)
 	}
 	sent := time.Now()
 	if err := h.c.Pause(ctx, queue); err != nil {
+		h.enqMu.Unlock()
 		return fmt.Errorf("chaos: pause: %w", err)
 	}
 	at := time.Now()
 	after, err := h.attempts(ctx, queue)
+	h.enqMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("chaos: pause: %w", err)
 	}
@@ -280,8 +288,11 @@ func (h *harness) breakKey(ctx context.Context, n int, schedule bool) error {
 }
 
 // deleteRegistry deletes PREFIX:queues three times, 300 ms apart, under load, then
-// enqueues a delayed probe (due 300 ms later) and a retry on every queue: delayed tasks
-// and retries of every queue must still move, whoever leads the scheduler.
+// enqueues a delayed task (due 300 ms later) and a task that fails once on every queue:
+// delayed tasks and retries of every queue must still move, whoever leads the scheduler.
+// It waits up to 10 s — fifty scheduler passes — for all of them to succeed. A queue
+// whose tasks did not is a stall (a violation). Then the harness registers the queues
+// again, as a producer's restart would, so that the rest of the run can be measured.
 func (h *harness) deleteRegistry(ctx context.Context, n int) error {
 	at := time.Now()
 	for k := 0; k < 3; k++ {
@@ -307,10 +318,66 @@ func (h *harness) deleteRegistry(ctx context.Context, n int) error {
 	if err := h.enqueue(ctx, specs, tasks); err != nil {
 		return err
 	}
+	stuck := map[string]bool{}
+	waitFor(ctx, 10*time.Second, func() bool {
+		clear(stuck)
+		for _, s := range specs {
+			st, _ := h.rdb.HGet(ctx, h.ks.Queue(s.Queue).Task(s.ID), "status").Result()
+			if st != "succeeded" {
+				stuck[s.Queue] = true
+			}
+		}
+		return len(stuck) == 0
+	})
+	leader, _ := h.rdb.Get(ctx, h.ks.SchedulerLock()).Result()
+	served := h.servedBy(leader)
+	partial := served != "" && len(strings.Split(served, ",")) < len(h.o.Queues)
+	for q := range stuck {
+		h.mu.Lock()
+		h.rep.Problems = append(h.rep.Problems, fmt.Sprintf("registry deleted at %s: the delayed task or the retry of queue %s did not move within 10 s (scheduler leader %s)",
+			at.Format("15:04:05.000"), q, leader))
+		h.rep.RegistryStalls++
+		h.mu.Unlock()
+	}
+	// As a producer's restart would: the fault is a registry missing for this long,
+	// under the leader of the moment, not for the rest of the run.
+	if err := h.rdb.SAdd(ctx, h.ks.Queues(), anySlice(h.o.Queues)...).Err(); err != nil {
+		return fmt.Errorf("chaos: register the queues again: %w", err)
+	}
 	h.addFault(Fault{Kind: FaultRegistry, At: at, End: time.Now()})
-	h.count(func(r *Report) { r.RegistryDeletes++ })
-	h.say("deleted %s three times; a delayed task and a retry enqueued on every queue", h.ks.Queues())
+	h.count(func(r *Report) {
+		r.RegistryDeletes++
+		if partial {
+			r.RegistryPartialLeader++
+		}
+	})
+	h.say("deleted %s three times; a delayed task and a retry of every queue: %d queues stalled (leader %s serving %s); queues registered again",
+		h.ks.Queues(), len(stuck), leader, served)
 	return nil
+}
+
+// servedBy returns the queues the worker id serves ("" when it is not the run's).
+func (h *harness) servedBy(id string) string {
+	if h.ip != nil {
+		for slot := 0; slot < h.o.Workers; slot++ {
+			if id == fmt.Sprintf("%s-in%d", h.o.Prefix, slot) {
+				return h.queuesOf(slot)
+			}
+		}
+		return ""
+	}
+	if p := h.sup.byID(id); p != nil {
+		return h.queuesOf(p.slot)
+	}
+	return ""
+}
+
+func anySlice(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // longOutage makes Redis unreachable through the proxy for twice the visibility
