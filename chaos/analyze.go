@@ -79,19 +79,22 @@ type Final struct {
 
 // Findings are what the ledger, the task records and the fault log say together.
 type Findings struct {
-	Executions      int `json:"executions"`
-	Succeeded       int `json:"succeeded"`
-	Dead            int `json:"dead"`
-	DeadPlanned     int `json:"dead_planned"`     // fail tasks with more planned failures than retries
-	DeadWorkerLost  int `json:"dead_worker_lost"` // retries used up by lost workers (kills, freezes)
-	Lost            int `json:"lost"`             // not succeeded, dead or cancelled at the end
-	DuplicateStarts int `json:"duplicate_starts"` // a (task, attempt) started more than once
-	Retries         int `json:"retries"`          // a next attempt after an attempt that failed
-	Reexecutions    int `json:"reexecutions"`     // a next attempt after one that did not fail
-	ReexecKill      int `json:"reexec_kill"`
-	ReexecFreeze    int `json:"reexec_freeze"`
-	ReexecTerm      int `json:"reexec_term"`  // drain deadline passed, function cancelled, handed back
-	ReexecRedis     int `json:"reexec_redis"` // the worker's heartbeats could not reach Redis (a Redis fault)
+	Executions     int `json:"executions"`
+	Succeeded      int `json:"succeeded"`
+	Dead           int `json:"dead"`
+	DeadPlanned    int `json:"dead_planned"`     // fail tasks with more planned failures than retries
+	DeadWorkerLost int `json:"dead_worker_lost"` // retries used up by lost workers (kills, freezes)
+	Lost           int `json:"lost"`             // not succeeded, dead or cancelled at the end
+	// LostBrokenSchedule: of the lost, tasks left "retrying" by an execution that failed
+	// while its queue's schedule was a string (the retry was never scheduled).
+	LostBrokenSchedule int `json:"lost_broken_schedule"`
+	DuplicateStarts    int `json:"duplicate_starts"` // a (task, attempt) started more than once
+	Retries            int `json:"retries"`          // a next attempt after an attempt that failed
+	Reexecutions       int `json:"reexecutions"`     // a next attempt after one that did not fail
+	ReexecKill         int `json:"reexec_kill"`
+	ReexecFreeze       int `json:"reexec_freeze"`
+	ReexecTerm         int `json:"reexec_term"`  // drain deadline passed, function cancelled, handed back
+	ReexecRedis        int `json:"reexec_redis"` // the worker's heartbeats could not reach Redis (a Redis fault)
 	// ReexecOutage: the task of a worker that stayed alive was taken over because Redis
 	// was unreachable for longer than the visibility timeout (a long outage).
 	ReexecOutage    int `json:"reexec_outage"`
@@ -159,7 +162,12 @@ func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Faul
 		case fin.Status == "cancelled":
 		default:
 			f.Lost++
-			f.problem("lost: %s/%s ended %q at attempt %d", s.Queue, s.ID, fin.Status, fin.Attempt)
+			why := ""
+			if lostToBrokenSchedule(s, fin, byTask[k], faults) {
+				f.LostBrokenSchedule++
+				why = " (its failure was recorded while the queue's schedule was not a zset)"
+			}
+			f.problem("lost: %s/%s ended %q at attempt %d%s", s.Queue, s.ID, fin.Status, fin.Attempt, why)
 		}
 		list := byTask[k]
 		sort.SliceStable(list, func(i, j int) bool {
@@ -400,4 +408,27 @@ func (f *Findings) checkBroken(execs []*Exec, faults []Fault) {
 			}
 		}
 	}
+}
+
+// lostToBrokenSchedule reports whether a task left retrying was last failed by an
+// execution that finished while its queue's schedule zset was broken.
+func lostToBrokenSchedule(s Spec, fin Final, list []*Exec, faults []Fault) bool {
+	if fin.Status != "retrying" || len(list) == 0 {
+		return false
+	}
+	last := list[0]
+	for _, e := range list {
+		if e.Attempt > last.Attempt || (e.Attempt == last.Attempt && e.Start.After(last.Start)) {
+			last = e
+		}
+	}
+	if last.Outcome != OutcomeErr {
+		return false
+	}
+	for _, ft := range faults {
+		if ft.Kind == FaultBrokenSchedule && ft.Queue == s.Queue && !last.Finish.Before(ft.At) && !last.Finish.After(ft.End) {
+			return true
+		}
+	}
+	return false
 }

@@ -102,3 +102,25 @@ func TestAnalyzeLongOutage(t *testing.T) {
 		t.Fatalf("strict violations %v; want the outage one too", r.Violations())
 	}
 }
+
+// A retry whose failure was recorded while its queue's schedule was a string is lost and
+// said to be; one lost otherwise is not.
+func TestAnalyzeLostToBrokenSchedule(t *testing.T) {
+	t.Parallel()
+	specs := []chaos.Spec{
+		{Queue: "q", ID: "inwindow", Function: "fail", Times: 1, MaxRetries: 3},
+		{Queue: "q", ID: "outside", Function: "fail", Times: 1, MaxRetries: 3},
+	}
+	finals := map[string]chaos.Final{
+		"q\x00inwindow": {Status: "retrying", Attempt: 1}, "q\x00outside": {Status: "retrying", Attempt: 1},
+	}
+	execs := []*chaos.Exec{
+		ex("inwindow", 1, "w1", 10, 150, 200, chaos.OutcomeErr),
+		ex("outside", 1, "w1", 10, 1500, 1600, chaos.OutcomeErr),
+	}
+	faults := []chaos.Fault{{Kind: chaos.FaultBrokenSchedule, Queue: "q", Key: "x:{q}:schedule", At: at(100), End: at(1100)}}
+	f := chaos.Analyze(specs, finals, execs, faults)
+	if f.Lost != 2 || f.LostBrokenSchedule != 1 {
+		t.Fatalf("lost %d, to the broken schedule %d; want 2, 1 (%v)", f.Lost, f.LostBrokenSchedule, f.Problems)
+	}
+}

@@ -201,7 +201,7 @@ func (r Report) String() string {
 		r.RegistryDeletes, r.RegistryPartialLeader, r.RegistryStalls)
 	p("  broken keys       %d queues that started nothing while another queue's key was broken (violations)", r.BrokenStalls)
 	p("  outcome           %d succeeded, %d dead (%d planned, %d out of retries after lost workers)", r.Succeeded, r.Dead, r.DeadPlanned, r.DeadWorkerLost)
-	p("  lost              %d", r.Lost)
+	p("  lost              %d (%d left retrying by a failure recorded while their schedule was broken)", r.Lost, r.LostBrokenSchedule)
 	p("  duplicate starts  %d", r.DuplicateStarts)
 	p("  re-executions     %d (kill %d, freeze %d, drain deadline %d, worker cut off by a Redis fault %d, live worker's task after a long outage %d, unexplained %d)", r.Reexecutions, r.ReexecKill, r.ReexecFreeze, r.ReexecTerm, r.ReexecRedis, r.ReexecOutage, r.Unexplained)
 	p("  late completions  %d fenced off (frozen workers resuming)", r.LateFinishes)
