@@ -274,7 +274,11 @@ func (h *harness) breakKey(ctx context.Context, n int, schedule bool) error {
 	h.mu.Lock()
 	h.broken = nil
 	h.mu.Unlock()
-	h.addFault(Fault{Kind: FaultBroken, Queue: queue, Key: key, At: at, End: end, Probes: probes})
+	kind := FaultBroken
+	if schedule {
+		kind = FaultBrokenSchedule
+	}
+	h.addFault(Fault{Kind: kind, Queue: queue, Key: key, At: at, End: end, Probes: probes})
 	h.count(func(r *Report) {
 		if schedule {
 			r.BrokenSchedules++

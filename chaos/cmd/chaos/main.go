@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -52,7 +53,7 @@ func main() {
 	flag.DurationVar(&o.VisibilityTimeout, "visibility", 3*time.Second, "DTQ_VISIBILITY_TIMEOUT_S")
 	flag.DurationVar(&o.Deadline, "deadline", 5*time.Minute, "longest wait for every task to end")
 	flag.Uint64Var(&o.Seed, "seed", 0, "random seed (0: random)")
-	flag.StringVar(&o.Dir, "dir", "", "ledger, logs and AOF directory (default: temporary)")
+	flag.StringVar(&o.Dir, "dir", "", "ledger, logs, AOF and report.json directory (default: temporary)")
 	asJSON := flag.Bool("json", false, "print the report as JSON")
 	flag.Parse()
 	o.InProcess = *redisFaults
@@ -60,6 +61,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	rep, err := chaos.Run(ctx, o)
+	if o.Dir != "" {
+		// the report with its fault log beside the ledger, for a later look
+		if b, err := json.MarshalIndent(rep, "", "  "); err == nil {
+			_ = os.WriteFile(filepath.Join(o.Dir, "report.json"), b, 0o644)
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
