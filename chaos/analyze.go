@@ -280,7 +280,8 @@ func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Faul
 
 // resumeGrace bounds how long after a SIGCONT a frozen worker's executor starts a
 // function it had claimed before the freeze (the claim is not in the ledger, the start
-// is).
+// is), and how long after a Redis fault a worker starts a function whose claim's reply
+// the fault held back.
 const resumeGrace = 2 * time.Second
 
 // explain returns the kind of the fault on prev's process that explains why the task ran
@@ -297,8 +298,11 @@ func explain(prev, cur *Exec, faults []Fault) string {
 		}
 		if ft.PID == 0 {
 			// A Redis fault silences every worker for a while: attempt N, running when it
-			// hit, may be taken over soon after.
-			if ft.Silences > 0 && !prev.Start.After(ft.End) && cur.Start.Sub(ft.End) <= ft.Silences {
+			// hit, may be taken over soon after. Or claimed when it hit: the claim's reply
+			// was lost and came back once Redis answered again (a resent claim gets its
+			// receipt), so the function started just after the fault, while a reaper was
+			// taking the entry, idle since the claim, over.
+			if ft.Silences > 0 && !prev.Start.After(ft.End.Add(resumeGrace)) && cur.Start.Sub(ft.End) <= ft.Silences {
 				if ft.Kind == FaultLongOutage {
 					return FaultLongOutage // the worker outlived it: counted apart
 				}

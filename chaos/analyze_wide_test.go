@@ -74,8 +74,10 @@ func TestAnalyzeLongOutage(t *testing.T) {
 		{Queue: "q", ID: "long", Function: "sleep", MaxRetries: 3, Long: true},
 		{Queue: "q", ID: "short", Function: "sleep", MaxRetries: 3},
 		{Queue: "q", ID: "unexplained", Function: "sleep", MaxRetries: 3, Long: true},
+		{Queue: "q", ID: "replied", Function: "noop", MaxRetries: 3},
 	}
-	finals := map[string]chaos.Final{"q\x00long": ok("w2", "2"), "q\x00short": ok("w2", "2"), "q\x00unexplained": ok("w2", "2")}
+	finals := map[string]chaos.Final{"q\x00long": ok("w2", "2"), "q\x00short": ok("w2", "2"), "q\x00unexplained": ok("w2", "2"),
+		"q\x00replied": ok("w2", "2")}
 	execs := []*chaos.Exec{
 		ex("long", 1, "w1", 10, 0, 9000, chaos.OutcomeOK),
 		ex("long", 2, "w2", 20, 7000, 16000, chaos.OutcomeOK),
@@ -83,14 +85,17 @@ func TestAnalyzeLongOutage(t *testing.T) {
 		ex("short", 2, "w2", 20, 22000, 22500, chaos.OutcomeOK),
 		ex("unexplained", 1, "w1", 10, 40000, 49000, chaos.OutcomeOK),
 		ex("unexplained", 2, "w2", 20, 44000, 53000, chaos.OutcomeOK),
+		// claimed as the outage began, its reply back 113 ms after it, reclaimed meanwhile
+		ex("replied", 1, "w1", 10, 6613, 6700, chaos.OutcomeOK),
+		ex("replied", 2, "w2", 20, 6680, 6800, chaos.OutcomeOK),
 	}
 	faults := []chaos.Fault{
 		{Kind: chaos.FaultLongOutage, At: at(500), End: at(6500), Silences: 6000 * 1e6},
 		{Kind: chaos.FaultCut, At: at(20100), End: at(20100), Silences: 6000 * 1e6},
 	}
 	f := chaos.Analyze(specs, finals, execs, faults)
-	if f.ReexecOutage != 1 || f.ReexecRedis != 1 || f.Unexplained != 1 || f.LongReexec != 2 || f.LongUnexplained != 1 {
-		t.Fatalf("outage %d, redis %d, unexplained %d, long %d (%d unexplained); want 1, 1, 1, 2 (1)",
+	if f.ReexecOutage != 2 || f.ReexecRedis != 1 || f.Unexplained != 1 || f.LongReexec != 2 || f.LongUnexplained != 1 {
+		t.Fatalf("outage %d, redis %d, unexplained %d, long %d (%d unexplained); want 2, 1, 1, 2 (1)",
 			f.ReexecOutage, f.ReexecRedis, f.Unexplained, f.LongReexec, f.LongUnexplained)
 	}
 	r := chaos.Report{Findings: f, Quiesced: true}
