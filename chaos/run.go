@@ -84,7 +84,8 @@ type Options struct {
 	VisibilityTimeout time.Duration // DTQ_VISIBILITY_TIMEOUT_S (3s)
 	HeartbeatInterval time.Duration // DTQ_HEARTBEAT_INTERVAL_S (300ms)
 	DrainTimeout      time.Duration // DTQ_DRAIN_TIMEOUT_S (15s: longer than any task)
-	// Deadline bounds the wait for every task to end, from the last enqueue or fault (3m).
+	// Deadline bounds the wait for every task to end, from the last enqueue, fault or
+	// due time of a delayed task (3m).
 	Deadline time.Duration
 
 	// WorkerCommand starts one worker process; it gets the configuration in DTQ_*
@@ -467,9 +468,9 @@ func (h *harness) run(ctx context.Context, dir string) (Report, error) {
 	}
 	calm := time.Now()
 	h.say("all %d tasks enqueued and all faults injected; waiting for every task to end", len(h.specs))
-	h.rep.Quiesced = h.waitQuiet(ctx, o.Deadline)
-	// Time to quiesce counts from the last fault, enqueue or due time of a delayed task,
-	// whichever came last: waiting for a task's due time is the schedule, not recovery.
+	// Time to quiesce, and the deadline, count from the last fault, enqueue or due time
+	// of a delayed task, whichever comes last: waiting for a task's due time is the
+	// schedule, not recovery.
 	from := calm
 	h.mu.Lock()
 	for _, s := range h.specs {
@@ -478,6 +479,7 @@ func (h *harness) run(ctx context.Context, dir string) (Report, error) {
 		}
 	}
 	h.mu.Unlock()
+	h.rep.Quiesced = h.waitQuiet(ctx, time.Until(from)+o.Deadline)
 	h.rep.Quiesce = max(0, time.Since(from))
 	h.say("quiesced=%v %s after the last fault, enqueue and due time", h.rep.Quiesced, h.rep.Quiesce.Round(time.Millisecond))
 	if h.ip != nil {

@@ -51,7 +51,7 @@ func main() {
 	flag.Float64Var(&o.LongShare, "long-share", 0, "share of tasks sleeping 2-3x the visibility timeout (0: 0.02, negative: none)")
 	flag.BoolVar(&o.StrictOutages, "strict-outages", false, "fail on re-executions of live workers' tasks after long outages")
 	flag.DurationVar(&o.VisibilityTimeout, "visibility", 3*time.Second, "DTQ_VISIBILITY_TIMEOUT_S")
-	flag.DurationVar(&o.Deadline, "deadline", 5*time.Minute, "longest wait for every task to end")
+	flag.DurationVar(&o.Deadline, "deadline", 5*time.Minute, "longest wait for every task to end, after the last fault, enqueue and due time")
 	flag.Uint64Var(&o.Seed, "seed", 0, "random seed (0: random)")
 	flag.StringVar(&o.Dir, "dir", "", "ledger, logs, AOF and report.json directory (default: temporary)")
 	asJSON := flag.Bool("json", false, "print the report as JSON")
