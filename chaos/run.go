@@ -205,7 +205,7 @@ func (r Report) String() string {
 	p("  lost              %d (%d left retrying by a failure recorded while their schedule was broken)", r.Lost, r.LostBrokenSchedule)
 	p("  duplicate starts  %d", r.DuplicateStarts)
 	p("  re-executions     %d (kill %d, freeze %d, drain deadline %d, worker cut off by a Redis fault %d, live worker's task after a long outage %d, unexplained %d)", r.Reexecutions, r.ReexecKill, r.ReexecFreeze, r.ReexecTerm, r.ReexecRedis, r.ReexecOutage, r.Unexplained)
-	p("  late completions  %d fenced off (frozen workers resuming)", r.LateFinishes)
+	p("  late completions  %d fenced off (frozen or cut-off workers finishing after a peer took over)", r.LateFinishes)
 	p("  retries           %d (planned failures)", r.Retries)
 	p("  skipped attempts  %d (claimed, never started: worker killed between claim and start, or reply lost)", r.SkippedAttempts)
 	p("  crashes           %d, data races %d, leftover %d", r.Crashes, r.DataRaces, r.Leftover)
