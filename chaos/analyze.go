@@ -10,15 +10,21 @@ import (
 
 // Fault kinds.
 const (
-	FaultKill         = "kill"          // SIGKILL of a worker process
-	FaultLeaderKill   = "leader-kill"   // SIGKILL of the process holding the scheduler lock
-	FaultTerm         = "term"          // SIGTERM (drain), then a new process
-	FaultFreeze       = "freeze"        // SIGSTOP past the visibility timeout, then SIGCONT
-	FaultRedisRestart = "redis-restart" // SIGKILL of redis-server, restarted on its AOF
-	FaultCut          = "cut"           // every connection through the proxy dropped
-	FaultReplyCut     = "reply-cut"     // a connection dropped as the reply to a chosen command arrived
-	FaultOutage       = "outage"        // Redis unreachable: connections dropped and refused
-	FaultDelay        = "delay"         // every packet delayed
+	FaultKill           = "kill"            // SIGKILL of a worker process
+	FaultLeaderKill     = "leader-kill"     // SIGKILL of the process holding the scheduler lock
+	FaultTerm           = "term"            // SIGTERM (drain), then a new process
+	FaultFreeze         = "freeze"          // SIGSTOP past the visibility timeout, then SIGCONT
+	FaultRedisRestart   = "redis-restart"   // SIGKILL of redis-server, restarted on its AOF
+	FaultCut            = "cut"             // every connection through the proxy dropped
+	FaultReplyCut       = "reply-cut"       // a connection dropped as the reply to a chosen command arrived
+	FaultOutage         = "outage"          // Redis unreachable: connections dropped and refused
+	FaultDelay          = "delay"           // every packet delayed
+	FaultLongOutage     = "long-outage"     // Redis unreachable for twice the visibility timeout
+	FaultBurst          = "burst"           // one EnqueueMany over every band of every queue
+	FaultPause          = "pause"           // a queue paused, then resumed
+	FaultBroken         = "broken-key"      // a band stream of one queue made a string
+	FaultBrokenSchedule = "broken-schedule" // the schedule zset of one queue made a string
+	FaultRegistry       = "registry"        // PREFIX:queues deleted
 )
 
 // Fault is one injected fault. PID 0 means it hit every worker (a Redis fault).
@@ -32,6 +38,19 @@ type Fault struct {
 	// silent: its heartbeats and completions did not reach Redis, so a peer may take its
 	// task over once the visibility timeout passed (the harness sets 2× that timeout).
 	Silences time.Duration `json:"silences_ns,omitempty"`
+	// Queue and Key name what a pause or a broken key hit.
+	Queue string `json:"queue,omitempty"`
+	Key   string `json:"key,omitempty"`
+	// A pause: At is when Pause returned and End when Resume was sent. Before and After
+	// map a task id of the queue to its record's attempt read just before Pause was sent
+	// and just after it returned: an attempt up to Before's was started in Redis before
+	// the pause; one above Before's and up to After's was claimed in the few milliseconds
+	// Pause took; any other start in the window broke the pause.
+	Before map[string]int64 `json:"-"`
+	After  map[string]int64 `json:"-"`
+	// Probes of a broken key: "queue\x00id" of quick tasks enqueued on the other queues
+	// as the key broke; each of those queues must start one before it is mended.
+	Probes []string `json:"-"`
 }
 
 // Spec is a task as the harness enqueued it.
@@ -41,6 +60,7 @@ type Spec struct {
 	MaxRetries          int
 	Times               int       // planned failures (function "fail")
 	RunAt               time.Time // zero: at once
+	Long                bool      // sleeps 2–3× the visibility timeout
 }
 
 // plannedDead reports whether the task is meant to end dead: more planned failures than
@@ -59,20 +79,37 @@ type Final struct {
 
 // Findings are what the ledger, the task records and the fault log say together.
 type Findings struct {
-	Executions      int `json:"executions"`
-	Succeeded       int `json:"succeeded"`
-	Dead            int `json:"dead"`
-	DeadPlanned     int `json:"dead_planned"`     // fail tasks with more planned failures than retries
-	DeadWorkerLost  int `json:"dead_worker_lost"` // retries used up by lost workers (kills, freezes)
-	Lost            int `json:"lost"`             // not succeeded, dead or cancelled at the end
-	DuplicateStarts int `json:"duplicate_starts"` // a (task, attempt) started more than once
-	Retries         int `json:"retries"`          // a next attempt after an attempt that failed
-	Reexecutions    int `json:"reexecutions"`     // a next attempt after one that did not fail
-	ReexecKill      int `json:"reexec_kill"`
-	ReexecFreeze    int `json:"reexec_freeze"`
-	ReexecTerm      int `json:"reexec_term"`  // drain deadline passed, function cancelled, handed back
-	ReexecRedis     int `json:"reexec_redis"` // the worker's heartbeats could not reach Redis (a Redis fault)
-	Unexplained     int `json:"unexplained"`  // re-executions no fault on their worker explains
+	Executions     int `json:"executions"`
+	Succeeded      int `json:"succeeded"`
+	Dead           int `json:"dead"`
+	DeadPlanned    int `json:"dead_planned"`     // fail tasks with more planned failures than retries
+	DeadWorkerLost int `json:"dead_worker_lost"` // retries used up by lost workers (kills, freezes)
+	Lost           int `json:"lost"`             // not succeeded, dead or cancelled at the end
+	// LostBrokenSchedule: of the lost, tasks left "retrying" by an execution that failed
+	// while its queue's schedule was a string (the retry was never scheduled).
+	LostBrokenSchedule int `json:"lost_broken_schedule"`
+	DuplicateStarts    int `json:"duplicate_starts"` // a (task, attempt) started more than once
+	Retries            int `json:"retries"`          // a next attempt after an attempt that failed
+	Reexecutions       int `json:"reexecutions"`     // a next attempt after one that did not fail
+	ReexecKill         int `json:"reexec_kill"`
+	ReexecFreeze       int `json:"reexec_freeze"`
+	ReexecTerm         int `json:"reexec_term"`  // drain deadline passed, function cancelled, handed back
+	ReexecRedis        int `json:"reexec_redis"` // the worker's heartbeats could not reach Redis (a Redis fault)
+	// ReexecOutage: the task of a worker that stayed alive was taken over because Redis
+	// was unreachable for longer than the visibility timeout (a long outage).
+	ReexecOutage    int `json:"reexec_outage"`
+	LongReexec      int `json:"long_reexec"`      // re-executions of tasks longer than the visibility timeout
+	LongUnexplained int `json:"long_unexplained"` // of which no fault explains (in Unexplained too)
+	// Starts of a paused queue's tasks between Pause returning and Resume: started in
+	// Redis before the pause (held), claimed while Pause was on its way (straddle), or
+	// started after it (PauseStarts, a violation).
+	PauseHeld     int `json:"pause_held"`
+	PauseStraddle int `json:"pause_straddle"`
+	PauseStarts   int `json:"pause_starts"`
+	// BrokenStalls counts other queues that started nothing (their probes waiting) while
+	// a key of one queue was broken.
+	BrokenStalls int `json:"broken_stalls"`
+	Unexplained  int `json:"unexplained"` // re-executions no fault on their worker explains
 	// LateFinishes are executions that finished after a newer attempt of their task had
 	// started (a frozen worker resuming): their completion must have been fenced off.
 	LateFinishes int `json:"late_finishes"`
@@ -96,7 +133,7 @@ func (f *Findings) problem(format string, a ...any) {
 	}
 }
 
-// Analyze checks the invariants of DESIGN.md against what happened.
+// Analyze checks the invariants of docs/design.md against what happened.
 func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Fault) Findings {
 	var f Findings
 	f.Executions = len(execs)
@@ -125,7 +162,12 @@ func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Faul
 		case fin.Status == "cancelled":
 		default:
 			f.Lost++
-			f.problem("lost: %s/%s ended %q at attempt %d", s.Queue, s.ID, fin.Status, fin.Attempt)
+			why := ""
+			if lostToBrokenSchedule(s, fin, byTask[k], faults) {
+				f.LostBrokenSchedule++
+				why = " (its failure was recorded while the queue's schedule was not a zset)"
+			}
+			f.problem("lost: %s/%s ended %q at attempt %d%s", s.Queue, s.ID, fin.Status, fin.Attempt, why)
 		}
 		list := byTask[k]
 		sort.SliceStable(list, func(i, j int) bool {
@@ -167,6 +209,9 @@ func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Faul
 				continue
 			}
 			f.Reexecutions++
+			if s.Long {
+				f.LongReexec++
+			}
 			switch explain(prev, cur, append(faultsOf[prev.PID], faultsOf[0]...)) {
 			case FaultKill, FaultLeaderKill:
 				f.ReexecKill++
@@ -176,8 +221,13 @@ func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Faul
 				f.ReexecTerm++
 			case "redis":
 				f.ReexecRedis++
+			case FaultLongOutage:
+				f.ReexecOutage++
 			default:
 				f.Unexplained++
+				if s.Long {
+					f.LongUnexplained++
+				}
 				f.problem("unexplained re-execution: %s/%s attempt %d (%s pid %d, started %s, finish %q) ran again as attempt %d on %s at %s",
 					s.Queue, s.ID, prev.Attempt, prev.Worker, prev.PID, prev.Start.Format("15:04:05.000"), prev.Outcome,
 					cur.Attempt, cur.Worker, cur.Start.Format("15:04:05.000"))
@@ -217,6 +267,8 @@ func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Faul
 			f.problem("unexpected success: %s/%s planned %d failures with %d retries", s.Queue, s.ID, s.Times, s.MaxRetries)
 		}
 	}
+	f.checkPauses(execs, faults)
+	f.checkBroken(execs, faults)
 	for k, list := range byTask {
 		if !known[k] {
 			f.UnknownExecution += len(list)
@@ -228,7 +280,8 @@ func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Faul
 
 // resumeGrace bounds how long after a SIGCONT a frozen worker's executor starts a
 // function it had claimed before the freeze (the claim is not in the ledger, the start
-// is).
+// is), and how long after a Redis fault a worker starts a function whose claim's reply
+// the fault held back.
 const resumeGrace = 2 * time.Second
 
 // explain returns the kind of the fault on prev's process that explains why the task ran
@@ -245,9 +298,17 @@ func explain(prev, cur *Exec, faults []Fault) string {
 		}
 		if ft.PID == 0 {
 			// A Redis fault silences every worker for a while: attempt N, running when it
-			// hit, may be taken over soon after.
-			if ft.Silences > 0 && !prev.Start.After(ft.End) && cur.Start.Sub(ft.End) <= ft.Silences {
-				best = "redis"
+			// hit, may be taken over soon after. Or claimed when it hit: the claim's reply
+			// was lost and came back once Redis answered again (a resent claim gets its
+			// receipt), so the function started just after the fault, while a reaper was
+			// taking the entry, idle since the claim, over.
+			if ft.Silences > 0 && !prev.Start.After(ft.End.Add(resumeGrace)) && cur.Start.Sub(ft.End) <= ft.Silences {
+				if ft.Kind == FaultLongOutage {
+					return FaultLongOutage // the worker outlived it: counted apart
+				}
+				if best == "" {
+					best = "redis"
+				}
 			}
 			continue
 		}
@@ -291,5 +352,87 @@ func (f Findings) Violations() []string {
 	add(f.UnexpectedAlive, "tasks succeeded that should have died")
 	add(f.EarlyStarts, "delayed tasks started early")
 	add(f.UnknownExecution, "executions of tasks nobody enqueued")
+	add(f.PauseStarts, "starts of a paused queue's tasks after Pause returned")
+	add(f.BrokenStalls, "queues that started nothing while another queue's key was broken")
 	return v
+}
+
+// checkPauses checks every pause: between Pause returning and Resume being sent, no task
+// of the paused queue starts unless Redis had started it (a claim, or a hand-off to an
+// idle worker) before the pause.
+func (f *Findings) checkPauses(execs []*Exec, faults []Fault) {
+	for _, ft := range faults {
+		if ft.Kind != FaultPause {
+			continue
+		}
+		for _, e := range execs {
+			if e.Queue != ft.Queue || !e.Start.After(ft.At) || !e.Start.Before(ft.End) {
+				continue
+			}
+			b, seen := ft.Before[e.Task]
+			switch {
+			case seen && e.Attempt <= b:
+				f.PauseHeld++
+			case e.Attempt <= ft.After[e.Task]:
+				f.PauseStraddle++
+			default:
+				f.PauseStarts++
+				f.problem("start while paused: %s/%s attempt %d on %s at %s, paused %s–%s (record's attempt %d before Pause, %d after)",
+					e.Queue, e.Task, e.Attempt, e.Worker, e.Start.Format("15:04:05.000"), ft.At.Format("15:04:05.000"),
+					ft.End.Format("15:04:05.000"), b, ft.After[e.Task])
+			}
+		}
+	}
+}
+
+// checkBroken checks that while one queue's key was broken, every other queue started
+// tasks: each had work (the probes enqueued on it as the key broke, if nothing else), so
+// a queue that started nothing in the window was stalled by another queue's key. (A
+// probe itself may wait behind a backlog of more urgent tasks; the backlog then runs.)
+func (f *Findings) checkBroken(execs []*Exec, faults []Fault) {
+	for _, ft := range faults {
+		if ft.Kind != FaultBroken && ft.Kind != FaultBrokenSchedule {
+			continue
+		}
+		ran := map[string]bool{} // queue -> started a task in the window
+		for _, p := range ft.Probes {
+			q, _, _ := strings.Cut(p, "\x00")
+			ran[q] = false
+		}
+		for _, e := range execs {
+			if _, other := ran[e.Queue]; other && !e.Start.Before(ft.At) && e.Start.Before(ft.End) {
+				ran[e.Queue] = true
+			}
+		}
+		for q, ok := range ran {
+			if !ok {
+				f.BrokenStalls++
+				f.problem("queue %s started nothing while %s was broken (%s–%s), though its probe waited", q, ft.Key,
+					ft.At.Format("15:04:05.000"), ft.End.Format("15:04:05.000"))
+			}
+		}
+	}
+}
+
+// lostToBrokenSchedule reports whether a task left retrying was last failed by an
+// execution that finished while its queue's schedule zset was broken.
+func lostToBrokenSchedule(s Spec, fin Final, list []*Exec, faults []Fault) bool {
+	if fin.Status != "retrying" || len(list) == 0 {
+		return false
+	}
+	last := list[0]
+	for _, e := range list {
+		if e.Attempt > last.Attempt || (e.Attempt == last.Attempt && e.Start.After(last.Start)) {
+			last = e
+		}
+	}
+	if last.Outcome != OutcomeErr {
+		return false
+	}
+	for _, ft := range faults {
+		if ft.Kind == FaultBrokenSchedule && ft.Queue == s.Queue && !last.Finish.Before(ft.At) && !last.Finish.After(ft.End) {
+			return true
+		}
+	}
+	return false
 }

@@ -25,9 +25,12 @@ func (w logWriter) Write(p []byte) (int, error) {
 }
 
 // The CI-sized chaos run: real worker processes and a real redis-server, 1 500 tasks
-// across three queues and ten priorities (sleeps, planned failures, delayed tasks), and
-// while they run: SIGKILLs, SIGTERM restarts, a freeze past the visibility timeout and a
-// kill of the scheduler leader. Every invariant is checked against the ledger the
+// across three queues and ten priorities (sleeps, planned failures, delayed tasks, a few
+// tasks longer than the visibility timeout), and while they run: SIGKILLs, SIGTERM
+// restarts, a freeze past the visibility timeout, a kill of the scheduler leader, a burst
+// over every band of every queue, a pause and a band stream turned into a string. (Broken
+// schedules and a deleted registry, which the long runs take, are left out: both still
+// break an invariant, see docs/reliability.md.) Every invariant is checked against the ledger the
 // functions wrote (chaos.Analyze); the long version is `go run ./chaos/cmd/chaos`.
 func TestChaosCI(t *testing.T) {
 	t.Parallel()
@@ -35,6 +38,7 @@ func TestChaosCI(t *testing.T) {
 		Workers: 3, Concurrency: 8, Tasks: 1500,
 		EnqueueFor: 8 * time.Second, FaultEvery: time.Second,
 		Kills: 2, Terms: 2, Freezes: 1, LeaderKills: 1,
+		Bursts: 1, Pauses: 1, BrokenKeys: 1, LongShare: 0.005,
 		VisibilityTimeout: 3 * time.Second, HeartbeatInterval: 300 * time.Millisecond,
 		Deadline: 2 * time.Minute,
 		Log:      logWriter{t},
@@ -65,16 +69,19 @@ func TestChaosCI(t *testing.T) {
 
 // Redis faults under workers running in this process, so that TestMain's goleak check
 // covers them: replies to claims, completions and blocking reads dropped after Redis ran
-// the command, every connection dropped, Redis unreachable, traffic slowed, and
-// redis-server killed -9 and restarted on its AOF (appendfsync always). The workers
-// reconnect on their own (no crash, no loop restarting once Redis is back), and no task
-// is lost or run twice.
+// the command, every connection dropped, Redis unreachable, traffic slowed,
+// redis-server killed -9 and restarted on its AOF (appendfsync always), an outage of
+// twice the visibility timeout (its re-executions of live workers' tasks are counted,
+// not failed), and the keyspace faults of TestChaosCI. The workers reconnect on their
+// own (no crash, no loop restarting once Redis is back), and no task is lost or run
+// twice.
 func TestRedisFaultsCI(t *testing.T) {
 	t.Parallel()
 	o := chaos.Options{
 		InProcess: true, Workers: 3, Concurrency: 8, Tasks: 800,
 		EnqueueFor: 8 * time.Second, FaultEvery: 600 * time.Millisecond,
-		RedisRestarts: 2, ConnCuts: 3, ReplyCuts: 6, Outages: 1, Delays: 1,
+		RedisRestarts: 2, ConnCuts: 3, ReplyCuts: 6, Outages: 1, Delays: 1, LongOutages: 1,
+		Bursts: 1, Pauses: 1, BrokenKeys: 1, LongShare: 0.005,
 		VisibilityTimeout: 3 * time.Second, HeartbeatInterval: 300 * time.Millisecond,
 		Deadline: 2 * time.Minute,
 		Log:      logWriter{t},

@@ -36,6 +36,12 @@ func (h *harness) injectAll(ctx context.Context) error {
 	add(o.ReplyCuts, FaultReplyCut)
 	add(o.Outages, FaultOutage)
 	add(o.Delays, FaultDelay)
+	add(o.LongOutages, FaultLongOutage)
+	add(o.Bursts, FaultBurst)
+	add(o.Pauses, FaultPause)
+	add(o.BrokenKeys, FaultBroken)
+	add(o.BrokenSchedules, FaultBrokenSchedule)
+	add(o.RegistryDeletes, FaultRegistry)
 	for i := len(kinds) - 1; i > 0; i-- {
 		j := h.intn(i + 1)
 		kinds[i], kinds[j] = kinds[j], kinds[i]
@@ -90,6 +96,18 @@ func (h *harness) inject(ctx context.Context, kind string, n int) error {
 		return err
 	case FaultFreeze:
 		return h.freeze(ctx, n)
+	case FaultLongOutage:
+		h.longOutage(ctx)
+	case FaultBurst:
+		return h.burst(ctx, n)
+	case FaultPause:
+		return h.pause(ctx, n)
+	case FaultBroken:
+		return h.breakKey(ctx, n, false)
+	case FaultBrokenSchedule:
+		return h.breakKey(ctx, n, true)
+	case FaultRegistry:
+		return h.deleteRegistry(ctx, n)
 	case FaultRedisRestart:
 		at := time.Now()
 		h.srv.kill()
@@ -417,7 +435,17 @@ func (h *harness) finish(ctx context.Context, ledgerDir string) (Report, error) 
 	}
 	rep.Crashes = len(crashes)
 	rep.Problems = append(rep.Problems, crashes...)
+	if rep.Pauses > 0 {
+		if rep.PauseReturned, err = h.countEvents(ctx, "TASK_RETURNED_PAUSED"); err != nil {
+			return rep, fmt.Errorf("chaos: read the events: %w", err)
+		}
+	}
 	rep.Tasks = len(specs)
+	for _, s := range specs {
+		if s.Long {
+			rep.LongTasks++
+		}
+	}
 	rep.Faults = faults
 	rep.Elapsed = time.Since(h.start)
 	if v := rep.Violations(); len(v) > 0 {

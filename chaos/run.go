@@ -55,6 +55,28 @@ type Options struct {
 	// Outages make Redis unreachable through the proxy for 0.3–1s (connections dropped,
 	// new ones refused); Delays slow every packet by 5–50 ms for 2 s.
 	Outages, Delays int
+	// LongOutages make Redis unreachable through the proxy for twice the visibility
+	// timeout: a live worker's tasks may then be taken over (ReexecOutage).
+	LongOutages int
+	// Bursts enqueue, in one EnqueueMany call, a few tasks on every band of every queue:
+	// entries one script call adds in one millisecond share their id on every stream.
+	Bursts int
+	// Pauses pause a queue (client.Pause), enqueue a task on each of its bands, and
+	// resume it 1–2 s later: no task of the queue may start in between.
+	Pauses int
+	// BrokenKeys turn one band stream of one queue into a string for about a second,
+	// its content set aside and put back after; BrokenSchedules do the same to one
+	// queue's schedule zset.
+	BrokenKeys, BrokenSchedules int
+	// RegistryDeletes delete PREFIX:queues, three times 300 ms apart. With it, odd
+	// worker slots serve one queue fewer, so a leader may rely on the registry.
+	RegistryDeletes int
+	// LongShare is the share of tasks that sleep 2–3× the visibility timeout (0: 2%;
+	// negative: none).
+	LongShare float64
+	// StrictOutages makes a re-execution after a long outage of a worker that stayed
+	// alive a violation (it is counted, ReexecOutage, either way).
+	StrictOutages bool
 	// InProcess runs the workers as goroutines of this process instead of processes:
 	// only Redis faults apply, and a test can check for leaked goroutines afterwards.
 	InProcess bool
@@ -62,7 +84,8 @@ type Options struct {
 	VisibilityTimeout time.Duration // DTQ_VISIBILITY_TIMEOUT_S (3s)
 	HeartbeatInterval time.Duration // DTQ_HEARTBEAT_INTERVAL_S (300ms)
 	DrainTimeout      time.Duration // DTQ_DRAIN_TIMEOUT_S (15s: longer than any task)
-	// Deadline bounds the wait for every task to end, from the last enqueue or fault (3m).
+	// Deadline bounds the wait for every task to end, from the last enqueue, fault or
+	// due time of a delayed task (3m).
 	Deadline time.Duration
 
 	// WorkerCommand starts one worker process; it gets the configuration in DTQ_*
@@ -92,6 +115,28 @@ type Report struct {
 	ReplyCuts     int `json:"reply_cuts"` // replies dropped after Redis applied the command
 	Outages       int `json:"outages"`    // Redis unreachable for a while
 	Delays        int `json:"delays"`     // traffic slowed for a while
+	LongOutages   int `json:"long_outages"`
+	Bursts        int `json:"bursts"`
+	// SharedEntryIDs counts the entries of bursts whose id another stream holds too.
+	SharedEntryIDs int `json:"shared_entry_ids"`
+	Pauses         int `json:"pauses"`
+	// PauseReturned counts deliveries a worker got while its queue was paused and put
+	// back unstarted (TASK_RETURNED_PAUSED events; a lower bound, events are best-effort).
+	PauseReturned   int `json:"pause_returned"`
+	BrokenKeys      int `json:"broken_keys"`
+	BrokenSchedules int `json:"broken_schedules"`
+	// BrokenHeld counts entries or schedule items set aside with a broken key (they ran
+	// after it was mended).
+	BrokenHeld      int `json:"broken_held"`
+	RegistryDeletes int `json:"registry_deletes"`
+	// RegistryStalls counts queues whose delayed task or retry did not move after the
+	// registry was deleted (the harness then registered the queues again).
+	RegistryStalls int `json:"registry_stalls"`
+	// RegistryPartialLeader counts deletions while the scheduler leader did not serve
+	// every queue itself: the case where the registry matters.
+	RegistryPartialLeader int  `json:"registry_partial_leader"`
+	LongTasks             int  `json:"long_tasks"`
+	StrictOutages         bool `json:"strict_outages"`
 	// LoopRestarts: supervised loop restarts of the workers (in-process runs), during the
 	// faults and after them (a crash loop would keep restarting once Redis is healthy).
 	LoopRestarts      int `json:"loop_restarts"`
@@ -131,6 +176,12 @@ func (r Report) Violations() []string {
 	if r.Leftover > 0 {
 		v = append(v, fmt.Sprintf("%d stream entries or schedule items left over", r.Leftover))
 	}
+	if r.RegistryStalls > 0 {
+		v = append(v, fmt.Sprintf("%d queues whose delayed tasks stopped moving when the registry was deleted", r.RegistryStalls))
+	}
+	if r.StrictOutages && r.ReexecOutage > 0 {
+		v = append(v, fmt.Sprintf("%d re-executions of live workers' tasks after long outages", r.ReexecOutage))
+	}
 	return v
 }
 
@@ -140,13 +191,21 @@ func (r Report) String() string {
 	p := func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) }
 	p("chaos run (seed %d): %d workers × %d, queues %s", r.Seed, r.Workers, r.Concurrency, strings.Join(r.Queues, ","))
 	p("  tasks             %d (%d delayed), %d executions", r.Tasks, r.Delayed, r.Executions)
-	p("  faults            %d kills, %d leader kills, %d SIGTERM restarts, %d freezes, %d redis restarts, %d connection drops, %d reply drops, %d outages, %d slowdowns",
-		r.Kills, r.LeaderKills, r.Terms, r.Freezes, r.RedisRestarts, r.ConnCuts, r.ReplyCuts, r.Outages, r.Delays)
+	p("  faults            %d kills, %d leader kills, %d SIGTERM restarts, %d freezes, %d redis restarts, %d connection drops, %d reply drops, %d outages, %d long outages, %d slowdowns",
+		r.Kills, r.LeaderKills, r.Terms, r.Freezes, r.RedisRestarts, r.ConnCuts, r.ReplyCuts, r.Outages, r.LongOutages, r.Delays)
+	p("  keyspace, client  %d bursts (%d entries whose id another stream holds too), %d pauses, %d broken band streams and %d broken schedules (%d items held back), %d registry deletions",
+		r.Bursts, r.SharedEntryIDs, r.Pauses, r.BrokenKeys, r.BrokenSchedules, r.BrokenHeld, r.RegistryDeletes)
+	p("  long tasks        %d (2–3× the visibility timeout), %d re-executed (%d unexplained)", r.LongTasks, r.LongReexec, r.LongUnexplained)
+	p("  pauses            %d starts in a pause window: %d started in Redis before it, %d claimed while Pause was being sent, %d after it (violations); %d deliveries put back unstarted",
+		r.PauseHeld+r.PauseStraddle+r.PauseStarts, r.PauseHeld, r.PauseStraddle, r.PauseStarts, r.PauseReturned)
+	p("  registry          %d deletions, %d while the leader did not serve every queue; %d queues whose delayed task or retry did not move within 10 s (violations)",
+		r.RegistryDeletes, r.RegistryPartialLeader, r.RegistryStalls)
+	p("  broken keys       %d queues that started nothing while another queue's key was broken (violations)", r.BrokenStalls)
 	p("  outcome           %d succeeded, %d dead (%d planned, %d out of retries after lost workers)", r.Succeeded, r.Dead, r.DeadPlanned, r.DeadWorkerLost)
-	p("  lost              %d", r.Lost)
+	p("  lost              %d (%d left retrying by a failure recorded while their schedule was broken)", r.Lost, r.LostBrokenSchedule)
 	p("  duplicate starts  %d", r.DuplicateStarts)
-	p("  re-executions     %d (kill %d, freeze %d, drain deadline %d, worker cut off by a Redis fault %d, unexplained %d)", r.Reexecutions, r.ReexecKill, r.ReexecFreeze, r.ReexecTerm, r.ReexecRedis, r.Unexplained)
-	p("  late completions  %d fenced off (frozen workers resuming)", r.LateFinishes)
+	p("  re-executions     %d (kill %d, freeze %d, drain deadline %d, worker cut off by a Redis fault %d, live worker's task after a long outage %d, unexplained %d)", r.Reexecutions, r.ReexecKill, r.ReexecFreeze, r.ReexecTerm, r.ReexecRedis, r.ReexecOutage, r.Unexplained)
+	p("  late completions  %d fenced off (frozen or cut-off workers finishing after a peer took over)", r.LateFinishes)
 	p("  retries           %d (planned failures)", r.Retries)
 	p("  skipped attempts  %d (claimed, never started: worker killed between claim and start, or reply lost)", r.SkippedAttempts)
 	p("  crashes           %d, data races %d, leftover %d", r.Crashes, r.DataRaces, r.Leftover)
@@ -191,8 +250,12 @@ func (o *Options) defaults() {
 	defD(&o.HeartbeatInterval, 300*time.Millisecond)
 	defD(&o.DrainTimeout, 15*time.Second)
 	defD(&o.Deadline, 3*time.Minute)
+	if o.LongShare == 0 {
+		o.LongShare = 0.02
+	}
 	if o.Kills == 0 && o.Terms == 0 && o.Freezes == 0 && o.LeaderKills == 0 && o.RedisRestarts == 0 &&
-		o.ConnCuts == 0 && o.ReplyCuts == 0 && o.Outages == 0 && o.Delays == 0 {
+		o.ConnCuts == 0 && o.ReplyCuts == 0 && o.Outages == 0 && o.Delays == 0 && o.LongOutages == 0 &&
+		o.Bursts == 0 && o.Pauses == 0 && o.BrokenKeys == 0 && o.BrokenSchedules == 0 && o.RegistryDeletes == 0 {
 		if o.InProcess {
 			o.RedisRestarts, o.ConnCuts, o.ReplyCuts, o.Outages, o.Delays = 2, 3, 6, 1, 1
 		} else {
@@ -230,14 +293,18 @@ type harness struct {
 
 	queuesOf func(slot int) string
 
+	// enqMu is held by each enqueue call with its bookkeeping, and by a pause around its
+	// snapshots: no task is created that the snapshots cannot see.
+	enqMu  sync.Mutex
 	mu     sync.Mutex
 	specs  []Spec
 	faults []Fault
 	rep    Report
+	broken *brokenKey // the key a BrokenKeys fault holds broken, nil when none
 }
 
 // Run runs worker processes under faults while tasks flow, waits until every task has
-// ended (or the deadline), and checks the invariants of DESIGN.md against the ledger the
+// ended (or the deadline), and checks the invariants of docs/design.md against the ledger the
 // functions wrote and the task records. It returns the report, and an error wrapping
 // ErrInvariant when an invariant broke (or another error when the run itself failed).
 func Run(ctx context.Context, o Options) (Report, error) {
@@ -263,7 +330,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	h.say = func(f string, a ...any) {
 		fmt.Fprintf(o.Log, "%7.3fs  %s\n", time.Since(h.start).Seconds(), fmt.Sprintf(f, a...))
 	}
-	h.rep = Report{Seed: o.Seed, Workers: o.Workers, Concurrency: o.Concurrency, Queues: o.Queues}
+	h.rep = Report{Seed: o.Seed, Workers: o.Workers, Concurrency: o.Concurrency, Queues: o.Queues, StrictOutages: o.StrictOutages}
 	dir, removeDir := o.Dir, false
 	if dir == "" {
 		d, err := os.MkdirTemp("", "dtq-chaos-")
@@ -327,7 +394,7 @@ func (h *harness) run(ctx context.Context, dir string) (Report, error) {
 	defer h.rdb.Close()
 	h.c = client.New(h.rdb, client.Options{Prefix: o.Prefix})
 	workerURL := redisURL
-	if o.ConnCuts > 0 || o.ReplyCuts > 0 || o.Outages > 0 || o.Delays > 0 {
+	if o.ConnCuts > 0 || o.ReplyCuts > 0 || o.Outages > 0 || o.Delays > 0 || o.LongOutages > 0 {
 		p, err := NewProxy(ropt.Addr)
 		if err != nil {
 			return h.rep, err
@@ -344,6 +411,11 @@ func (h *harness) run(ctx context.Context, dir string) (Report, error) {
 		qs := append([]string(nil), o.Queues...)
 		for i := 0; i < slot%len(qs); i++ {
 			qs = append(qs[1:], qs[0])
+		}
+		if o.RegistryDeletes > 0 && slot%2 == 1 && len(qs) > 1 {
+			// A worker that does not serve a queue schedules it only as long as the
+			// registry names it: the case a deleted registry can break.
+			qs = qs[:len(qs)-1]
 		}
 		return strings.Join(qs, ",")
 	}
@@ -396,9 +468,9 @@ func (h *harness) run(ctx context.Context, dir string) (Report, error) {
 	}
 	calm := time.Now()
 	h.say("all %d tasks enqueued and all faults injected; waiting for every task to end", len(h.specs))
-	h.rep.Quiesced = h.waitQuiet(ctx, o.Deadline)
-	// Time to quiesce counts from the last fault, enqueue or due time of a delayed task,
-	// whichever came last: waiting for a task's due time is the schedule, not recovery.
+	// Time to quiesce, and the deadline, count from the last fault, enqueue or due time
+	// of a delayed task, whichever comes last: waiting for a task's due time is the
+	// schedule, not recovery.
 	from := calm
 	h.mu.Lock()
 	for _, s := range h.specs {
@@ -407,6 +479,7 @@ func (h *harness) run(ctx context.Context, dir string) (Report, error) {
 		}
 	}
 	h.mu.Unlock()
+	h.rep.Quiesced = h.waitQuiet(ctx, time.Until(from)+o.Deadline)
 	h.rep.Quiesce = max(0, time.Since(from))
 	h.say("quiesced=%v %s after the last fault, enqueue and due time", h.rep.Quiesced, h.rep.Quiesce.Round(time.Millisecond))
 	if h.ip != nil {
@@ -459,7 +532,16 @@ func (h *harness) spec(seq int) (Spec, client.Task) {
 	s := Spec{Queue: o.Queues[h.intn(len(o.Queues))], ID: fmt.Sprintf("t%06d", seq), Priority: h.intn(10), MaxRetries: 3}
 	t := client.Task{Queue: s.Queue, ID: s.ID, Priority: s.Priority}
 	x := h.float()
+	if h.float() < o.LongShare {
+		// Longer than the visibility timeout: only its heartbeats keep it from being
+		// taken over; a live worker's long task must never run twice.
+		s.Function, s.Long = "sleep", true
+		ms := 2*o.VisibilityTimeout.Milliseconds() + int64(h.intn(int(o.VisibilityTimeout.Milliseconds())+1))
+		t.Payload = []byte(fmt.Sprintf(`{"ms":%d}`, ms))
+		x = 2 // none of the cases below
+	}
 	switch {
+	case x > 1:
 	case x < 0.40:
 		s.Function, t.Payload = "sleep", []byte(fmt.Sprintf(`{"ms":%d}`, h.intn(150)))
 	case x < 0.50:
@@ -479,6 +561,7 @@ func (h *harness) spec(seq int) (Spec, client.Task) {
 	}
 	t.Function = s.Function
 	t.MaxRetries = client.Retries(s.MaxRetries)
+	h.avoidBroken(&s, &t)
 	return s, t
 }
 
@@ -524,6 +607,7 @@ func (h *harness) enqueue(ctx context.Context, specs []Spec, tasks []client.Task
 		for j, i := range todo {
 			batch[j] = tasks[i]
 		}
+		h.enqMu.Lock()
 		now := time.Now()
 		res, err := h.c.EnqueueMany(ctx, batch)
 		var again []int
@@ -549,6 +633,7 @@ func (h *harness) enqueue(ctx context.Context, specs []Spec, tasks []client.Task
 				h.mu.Unlock()
 			}
 		}
+		h.enqMu.Unlock()
 		todo = again
 		if len(todo) == 0 {
 			return nil

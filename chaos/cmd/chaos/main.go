@@ -4,7 +4,10 @@
 // faults instead. It exits 1 when an invariant broke.
 //
 //	go run ./chaos/cmd/chaos -tasks 20000 -workers 6 -kills 20 -terms 10 -freezes 6 -leader-kills 4
-//	go run ./chaos/cmd/chaos -redis -tasks 10000 -redis-restarts 5 -conn-cuts 10 -reply-cuts 40
+//	go run ./chaos/cmd/chaos -redis -tasks 10000 -redis-restarts 5 -conn-cuts 10 -reply-cuts 40 -long-outages 3
+//
+// Either kind takes the keyspace and client faults too: -bursts, -pauses, -broken-keys, -broken-schedules,
+// -registry-deletes.
 package main
 
 import (
@@ -14,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -38,10 +42,18 @@ func main() {
 	flag.IntVar(&o.ReplyCuts, "reply-cuts", 0, "replies dropped after Redis ran the command")
 	flag.IntVar(&o.Outages, "outages", 0, "Redis unreachable for 0.3-1s")
 	flag.IntVar(&o.Delays, "delays", 0, "2s of 5-50ms packet delay")
+	flag.IntVar(&o.LongOutages, "long-outages", 0, "Redis unreachable for twice the visibility timeout")
+	flag.IntVar(&o.Bursts, "bursts", 0, "EnqueueMany calls over every band of every queue")
+	flag.IntVar(&o.Pauses, "pauses", 0, "pauses of a queue for 1-2s (no task of it may start)")
+	flag.IntVar(&o.BrokenKeys, "broken-keys", 0, "a band stream of one queue made a string for about 1s")
+	flag.IntVar(&o.BrokenSchedules, "broken-schedules", 0, "the schedule zset of one queue made a string for about 1s")
+	flag.IntVar(&o.RegistryDeletes, "registry-deletes", 0, "deletions of PREFIX:queues (three each)")
+	flag.Float64Var(&o.LongShare, "long-share", 0, "share of tasks sleeping 2-3x the visibility timeout (0: 0.02, negative: none)")
+	flag.BoolVar(&o.StrictOutages, "strict-outages", false, "fail on re-executions of live workers' tasks after long outages")
 	flag.DurationVar(&o.VisibilityTimeout, "visibility", 3*time.Second, "DTQ_VISIBILITY_TIMEOUT_S")
-	flag.DurationVar(&o.Deadline, "deadline", 5*time.Minute, "longest wait for every task to end")
+	flag.DurationVar(&o.Deadline, "deadline", 5*time.Minute, "longest wait for every task to end, after the last fault, enqueue and due time")
 	flag.Uint64Var(&o.Seed, "seed", 0, "random seed (0: random)")
-	flag.StringVar(&o.Dir, "dir", "", "ledger, logs and AOF directory (default: temporary)")
+	flag.StringVar(&o.Dir, "dir", "", "ledger, logs, AOF and report.json directory (default: temporary)")
 	asJSON := flag.Bool("json", false, "print the report as JSON")
 	flag.Parse()
 	o.InProcess = *redisFaults
@@ -49,6 +61,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	rep, err := chaos.Run(ctx, o)
+	if o.Dir != "" {
+		// the report with its fault log beside the ledger, for a later look
+		if b, err := json.MarshalIndent(rep, "", "  "); err == nil {
+			_ = os.WriteFile(filepath.Join(o.Dir, "report.json"), b, 0o644)
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
