@@ -47,3 +47,49 @@ func TestDiagnoseNamesWrongTypeKeys(t *testing.T) {
 		t.Fatal("a network error was taken for a key error")
 	}
 }
+
+// A retry whose schedule, or a death whose dead set, is of another type: nothing of the
+// outcome is written and the entry stays pending (a record saying "retrying" that no
+// schedule held was never run again); the other items of the call are applied.
+func TestCompleteRefusesAnOutcomeItCannotFile(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, id := range []string{"r", "d", "s"} {
+		f.enqueue(t, lua.EnqueueArgs{ID: id, MaxRetries: 3})
+	}
+	c := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 3})
+	if len(c.Started) != 3 {
+		t.Fatalf("claim = %+v", c)
+	}
+	f.rdb.Set(f.ctx, f.q.Schedule(), "x", 0)
+	f.rdb.Set(f.ctx, f.q.Dead(), "x", 0)
+	var items []lua.Completion
+	for _, s := range c.Started {
+		o := map[string]lua.Outcome{"r": lua.Retry, "d": lua.Dead, "s": lua.Succeeded}[s.ID]
+		items = append(items, lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: o, Text: "boom", RetryMS: f.now + 10})
+	}
+	codes, err := lua.CompleteCodes(f.ctx, f.rdb, f.q, f.now, 0, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, it := range items {
+		want := int64(lua.CompleteRefused)
+		if it.ID == "s" {
+			want = lua.CompleteApplied
+		}
+		if codes[i] != want {
+			t.Errorf("%s: code %d, want %d", it.ID, codes[i], want)
+		}
+	}
+	for _, id := range []string{"r", "d"} {
+		if st, fl := f.field(t, id, "status"), f.field(t, id, "failures"); st != "running" || fl != "0" {
+			t.Errorf("%s: status %q failures %q, want running with nothing counted", id, st, fl)
+		}
+	}
+	if p := f.pending(t, 0); p != 2 {
+		t.Errorf("%d entries pending, want the two refused ones", p)
+	}
+	if st := f.field(t, "s", "status"); st != "succeeded" {
+		t.Errorf("s: %q, want succeeded", st)
+	}
+}

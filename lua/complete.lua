@@ -19,7 +19,8 @@
 -- Finished entries are XACKed and removed from the stream (XDEL, or XTRIM MINID below the
 -- oldest pending entry), so a band's XLEN stays its undelivered plus in-flight work.
 --
--- returns a list of n integers: 1 applied, 0 fenced off
+-- returns a list of n integers: 1 applied, 0 fenced off, 2 refused (the schedule or the
+-- dead set is not a zset: nothing recorded, not ACKed; a reclaim retries the task)
 -- idless reports whether stream id a sorts before b. Ids are "ms-seq" in decimal without
 -- leading zeros, so the longer ms part is the later one; with ms parts of one length and
 -- ids of one length, byte order is numeric order. Plain finds and one comparison: this runs
@@ -51,7 +52,18 @@ for i = 0, n - 1 do
   local id, eid, attempt, outcome, text = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
   -- pcall: a task key clobbered with another type is simply no longer this execution's
   local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry")
-  if not ok or t[1] ~= "running" or t[2] ~= attempt or t[3] ~= eid then
+  -- a retry goes on the schedule, a death on the dead set, first: when that zset is of
+  -- another type nothing of the outcome is written (a record saying "retrying" that no
+  -- schedule holds would never run again), and the entry stays pending for a reclaim
+  local refused = false
+  if ok and t[1] == "running" and t[2] == attempt and t[3] == eid and outcome ~= "s" then
+    local r
+    if outcome == "r" then r = redis.pcall("ZADD", KEYS[1], ARGV[b + 5], id) else r = redis.pcall("ZADD", KEYS[2], now, id) end
+    refused = type(r) == "table" and r.err ~= nil
+  end
+  if refused then
+    out[#out + 1] = 2
+  elseif not ok or t[1] ~= "running" or t[2] ~= attempt or t[3] ~= eid then
     out[#out + 1] = 0
   else
     if outcome == "s" then
@@ -69,11 +81,9 @@ for i = 0, n - 1 do
       local at = ARGV[b + 5]
       redis.call("HINCRBY", h, "failures", 1)
       redis.call("HSET", h, "status", "retrying", "error", text, "run_at", at)
-      redis.call("ZADD", KEYS[1], at, id)
     else
       redis.call("HINCRBY", h, "failures", 1)
       redis.call("HSET", h, "status", "dead", "error", text, "finished_at", now)
-      redis.call("ZADD", KEYS[2], now, id)
     end
     local list = done[stream]
     if not list then

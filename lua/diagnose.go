@@ -80,7 +80,12 @@ func Diagnose(ctx context.Context, c redis.Cmdable, q keys.Queue, consumer, op s
 	if err == nil || !IsKeyError(err) {
 		return err
 	}
-	qe := &QueueError{Queue: q.Name, Op: op, Err: err}
+	return &QueueError{Queue: q.Name, Op: op, Err: err, Wrong: WrongTypes(ctx, c, q, consumer)}
+}
+
+// WrongTypes lists the keys of q (and of consumer's, when not "") that hold another
+// type than dtq writes them as: one pipelined TYPE a key.
+func WrongTypes(ctx context.Context, c redis.Cmdable, q keys.Queue, consumer string) []WrongType {
 	want := wantTypes(q, consumer)
 	cmds := make([]*redis.StatusCmd, len(want))
 	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -89,12 +94,13 @@ func Diagnose(ctx context.Context, c redis.Cmdable, q keys.Queue, consumer, op s
 		}
 		return nil
 	})
+	var out []WrongType
 	for i, w := range want {
 		got, terr := cmds[i].Result()
 		if terr != nil || got == "none" || got == w[1] {
 			continue
 		}
-		qe.Wrong = append(qe.Wrong, WrongType{Key: w[0], Type: got, Want: w[1]})
+		out = append(out, WrongType{Key: w[0], Type: got, Want: w[1]})
 	}
-	return qe
+	return out
 }

@@ -527,12 +527,28 @@ type Completion struct {
 // Complete records the outcomes of executions of one queue in one call and reports,
 // per completion, whether it applied (false: fenced off, nothing changed, no ACK).
 func Complete(ctx context.Context, c redis.Scripter, q keys.Queue, nowMS, keepMS int64, items []Completion) ([]bool, error) {
+	v, err := CompleteCodes(ctx, c, q, nowMS, keepMS, items)
+	if err != nil {
+		return nil, err
+	}
+	return applied(v), nil
+}
+
+// What complete.lua did with each item.
+const (
+	CompleteFenced  = 0 // no longer the task's current execution: nothing written
+	CompleteApplied = 1
+	CompleteRefused = 2 // the schedule or the dead set is of another type: nothing written, not ACKed
+)
+
+// CompleteCodes is Complete, with the script's code for each item (CompleteApplied, …).
+func CompleteCodes(ctx context.Context, c redis.Scripter, q keys.Queue, nowMS, keepMS int64, items []Completion) ([]int64, error) {
 	ks, args := completeKV(q, nowMS, keepMS, items)
 	v, err := completeScript.Run(ctx, c, ks, args...).Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("complete %s: %w", q.Name, err)
 	}
-	return applied(v), nil
+	return v, nil
 }
 
 // CompleteCmd queues one complete on c (a pipeline) by EVALSHA; call Load first. Read

@@ -315,9 +315,16 @@ func (w *Worker) completeBatch(batch []*execution) {
 			items[i] = lua.Completion{ID: e.s.ID, Entry: e.s.Entry, Band: e.s.Band, Attempt: e.s.Attempt,
 				Unique: e.s.Unique, Outcome: e.outcome, Text: e.text, RetryMS: e.retryAt}
 		}
-		applied := w.completeWithRetry(w.byName[name], items)
+		q := w.byName[name]
+		codes := w.completeWithRetry(q, items)
 		for i, e := range list {
-			w.settle(e, applied != nil && applied[i], applied == nil)
+			if codes != nil && codes[i] == lua.CompleteRefused {
+				w.log.Error("complete: outcome refused; the task is retried after the visibility timeout",
+					"queue", name, "task", e.task.ID, "attempt", e.task.Attempt,
+					"err", &lua.QueueError{Queue: name, Op: "complete", Err: errRefusedOutcome,
+						Wrong: lua.WrongTypes(context.Background(), w.rdb, q, "")})
+			}
+			w.settle(e, codes != nil && codes[i] == lua.CompleteApplied, codes == nil || codes[i] == lua.CompleteRefused)
 		}
 	}
 }
@@ -325,17 +332,25 @@ func (w *Worker) completeBatch(batch []*execution) {
 // completeWithRetry retries a failed completion call with backoff: the outcome must
 // reach Redis or the task runs again after the visibility timeout. It gives up (nil)
 // only when the worker is past its drain and Redis still does not answer.
-func (w *Worker) completeWithRetry(q keys.Queue, items []lua.Completion) []bool {
+func (w *Worker) completeWithRetry(q keys.Queue, items []lua.Completion) []int64 {
 	delay := 50 * time.Millisecond
 	giveUpAt := time.Time{}
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		applied, err := lua.Complete(ctx, w.rdb, q, w.now().UnixMilli(), w.keepMS, items)
+		codes, err := lua.CompleteCodes(ctx, w.rdb, q, w.now().UnixMilli(), w.keepMS, items)
 		cancel()
 		if err == nil {
-			return applied
+			return codes
 		}
 		w.metrics.redisErrors.WithLabelValues("complete").Inc()
+		if lua.IsKeyError(err) {
+			// Retrying cannot mend a key of the wrong type, and would hold up every other
+			// queue's completions behind this one: the entries stay pending, and their
+			// tasks run again after the visibility timeout.
+			w.log.Error("complete: Redis refuses this queue's keys; the tasks run again after the visibility timeout",
+				"queue", q.Name, "tasks", len(items), "err", lua.Diagnose(context.Background(), w.rdb, q, "", "complete", err))
+			return nil
+		}
 		w.log.Warn("complete: record failed; retrying", "queue", q.Name, "tasks", len(items), "err", err)
 		if w.Draining() {
 			if giveUpAt.IsZero() {
@@ -351,6 +366,9 @@ func (w *Worker) completeWithRetry(q keys.Queue, items []lua.Completion) []bool 
 		}
 	}
 }
+
+// errRefusedOutcome is the cause complete.lua gives for an outcome it refused.
+var errRefusedOutcome = errors.New("the schedule or the dead set is not a sorted set")
 
 // settle counts and reports an execution whose completion call returned.
 func (w *Worker) settle(e *execution, applied, lost bool) {

@@ -101,3 +101,53 @@ func TestBandBrokenUnderTheIdleRead(t *testing.T) {
 		t.Fatalf("the poll loop failed on the broken band:\n%s", lb.String())
 	}
 }
+
+// A task fails while its queue's schedule is of another type: its retry cannot be
+// filed, so nothing is recorded and its entry stays pending; once the schedule is
+// mended the task is retried and succeeds (the record used to say "retrying" with no
+// schedule entry, and the task never ran again).
+func TestRetryRefusedByABrokenScheduleIsNotLost(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	qa := keys.New(e.prefix).Queue("default")
+	e.enqueue(t, client.Task{Function: "noop"}) // the queue's keys exist
+	if err := e.rdb.Set(e.ctx, qa.Schedule(), "not a zset", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	lb := startLoggedWorker(t, e, e.config(t, "DTQ_VISIBILITY_TIMEOUT_S", "1", "DTQ_HEARTBEAT_INTERVAL_S", "0.2"), rec)
+	id := e.enqueue(t, client.Task{Function: "fail", Payload: []byte(`{"times":1}`), MaxRetries: client.Retries(3)})
+	eventually(t, "the refused outcome logged with the key", func() bool {
+		return lb.Contains("outcome refused") && lb.Contains(qa.Schedule()+" is a string")
+	})
+	if ti := e.task(t, id); ti.Status == "retrying" {
+		t.Fatalf("task %+v says retrying with no schedule to hold it", ti)
+	}
+	if err := e.rdb.Del(e.ctx, qa.Schedule()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rec.wait(t, "the task retried once the schedule is mended", is(runtime.EventTaskSucceeded, id))
+}
+
+// A completion that Redis refuses for a key's sake (the band stream replaced by a
+// string under a running task) does not hold up the other queues' completions.
+func TestRefusedCompletionHoldsUpNoOtherQueue(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	qa := keys.New(e.prefix).Queue("qa")
+	b := newBlocking(0)
+	reg := function.Registry()
+	reg.Register("block", b.fn, runtime.FuncOptions{})
+	rec := newRecorder()
+	startWorker(t, e.rdb, e.config(t, "DTQ_QUEUES", "qa,qb"), reg, rec)
+	e.enqueue(t, client.Task{Queue: "qa", Function: "block", Priority: 3})
+	b.waitStart(t)
+	if err := e.rdb.Set(e.ctx, qa.Stream(3), "not a stream", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	close(b.release) // its completion fails on the string
+	for range 3 {
+		id := e.enqueue(t, client.Task{Queue: "qb", Function: "noop"})
+		rec.wait(t, "the other queue's task recorded", is(runtime.EventTaskSucceeded, id))
+	}
+}
