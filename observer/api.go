@@ -277,28 +277,24 @@ func (s *Server) task(c echo.Context) error {
 	return c.JSON(http.StatusOK, v)
 }
 
-func (s *Server) pause(c echo.Context) error {
-	q, err := s.queueParam(c)
-	if err != nil {
-		return err
-	}
-	if err := s.c.Pause(c.Request().Context(), q); err != nil {
-		return err
-	}
-	s.log.Info("observer: queue paused", "queue", q, "remote", c.Request().RemoteAddr)
-	return c.JSON(http.StatusOK, map[string]any{"queue": q, "paused": true})
-}
+func (s *Server) pause(c echo.Context) error  { return s.setPaused(c, true) }
+func (s *Server) resume(c echo.Context) error { return s.setPaused(c, false) }
 
-func (s *Server) resume(c echo.Context) error {
+// setPaused pauses or resumes the queue named in the path.
+func (s *Server) setPaused(c echo.Context, paused bool) error {
 	q, err := s.queueParam(c)
 	if err != nil {
 		return err
 	}
-	if err := s.c.Resume(c.Request().Context(), q); err != nil {
+	set, what := s.c.Resume, "resumed"
+	if paused {
+		set, what = s.c.Pause, "paused"
+	}
+	if err := set(c.Request().Context(), q); err != nil {
 		return err
 	}
-	s.log.Info("observer: queue resumed", "queue", q, "remote", c.Request().RemoteAddr)
-	return c.JSON(http.StatusOK, map[string]any{"queue": q, "paused": false})
+	s.log.Info("observer: queue "+what, "queue", q, "remote", c.Request().RemoteAddr)
+	return c.JSON(http.StatusOK, map[string]any{"queue": q, "paused": paused})
 }
 
 func (s *Server) cancel(c echo.Context) error {
