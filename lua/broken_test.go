@@ -93,3 +93,30 @@ func TestCompleteRefusesAnOutcomeItCannotFile(t *testing.T) {
 		t.Errorf("s: %q, want succeeded", st)
 	}
 }
+
+// A reclaim never takes back from its caller an entry the caller names as running
+// now, however idle it looks (its process stalled between touching it and the call);
+// the same entry, not named, is reclaimed.
+func TestReclaimLeavesTheCallersOwnEntries(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.EnqueueArgs{ID: "own", MaxRetries: 3})
+	c := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1})
+	if len(c.Started) != 1 {
+		t.Fatalf("claim = %+v", c)
+	}
+	s := c.Started[0]
+	idleAll(t, f, 0, "w", 60_000)
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Reclaim: true, Want: 5, MinIdleMS: 1000,
+		Holds: []lua.Delivered{{Band: s.Band, Entry: s.Entry}}})
+	if len(r.Started)+len(r.Absorbed)+len(r.Invalid) != 0 {
+		t.Fatalf("reclaim of the caller's own running entry = %+v, want it left alone", r)
+	}
+	if a, fl := f.field(t, "own", "attempt"), f.field(t, "own", "failures"); a != "1" || fl != "0" {
+		t.Fatalf("attempt %s failures %s, want 1 and 0", a, fl)
+	}
+	idleAll(t, f, 0, "w", 60_000)
+	if r := f.claim(t, lua.ClaimArgs{Consumer: "w", Reclaim: true, Want: 5, MinIdleMS: 1000}); len(r.Started) != 1 || r.Started[0].Attempt != 2 {
+		t.Fatalf("reclaim not naming it = %+v, want attempt 2", r)
+	}
+}

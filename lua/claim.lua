@@ -43,6 +43,8 @@
 -- then r pairs: inbox entry id, task id
 -- then n: entries already delivered to this consumer (from a blocking XREADGROUP)
 -- then n pairs: band, entry id
+-- then h: entries the caller runs now (reclaim mode: never taken back from itself)
+-- then h pairs: band, entry id
 --
 -- Hand-offs (see enqueue.lua). The caller's inbox rows it names were received: they are
 -- deleted, their tasks' handback marks cleared and their notes in KEYS[19] removed. Rows
@@ -102,6 +104,9 @@ if KEYS[15] ~= KEYS[14] then
 end
 
 local started, absorbed, invalid, returned, broken = {}, {}, {}, {}, {}
+-- the entries the caller runs now, "band entry": a reclaim leaves them to it (its process
+-- may have stalled between touching them and this call; they are not a silent worker's)
+local holds = {}
 -- A paused queue starts nothing its caller did not already hold: no new reads, no
 -- reclaims, and entries a blocking read issued before the pause delivered anyway go back.
 local paused = 0
@@ -215,6 +220,8 @@ local function take(band, eid, fields, reclaiming)
   local reclaimed = 0
   if status == "queued" and an >= attempt then
     attempt = an + 1
+  elseif reclaiming and holds[band .. " " .. eid] then
+    return -- the caller's own live execution: XAUTOCLAIM restarted its idle clock, as a touch
   elseif reclaiming and status == "running" and t[3] == eid then
     -- The worker running this entry went silent past the visibility timeout. A hand-back
     -- at drain (handback == attempt) is not the task's fault; a silent death counts as a
@@ -334,6 +341,11 @@ end
 local n = tonumber(ARGV[at])
 for i = 0, n - 1 do
   delivered(tonumber(ARGV[at + 1 + 2 * i]), ARGV[at + 2 + 2 * i])
+end
+at = at + 1 + 2 * n
+local h = tonumber(ARGV[at]) or 0
+for i = 0, h - 1 do
+  holds[ARGV[at + 1 + 2 * i] .. " " .. ARGV[at + 2 + 2 * i]] = true
 end
 
 if mode == "read" then

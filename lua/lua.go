@@ -193,6 +193,9 @@ type ClaimArgs struct {
 	MaxPayload int
 	MinIdleMS  int64
 	Delivered  []Delivered // entries a blocking XREADGROUP already delivered
+	// Holds (reclaim mode): the entries the caller runs now, which a reclaim never takes
+	// back from it however idle they look
+	Holds []Delivered
 	// RegisterUntilMS (read mode): when the call starts nothing, the worker waits for
 	// a hand-off from the enqueue until then (unix ms); 0: it does not.
 	RegisterUntilMS int64
@@ -413,7 +416,7 @@ func claimKV(q keys.Queue, a ClaimArgs) ([]string, []any) {
 	if a.Reclaim {
 		mode = "reclaim"
 	}
-	args := make([]any, 0, 12+2*len(a.Delivered)+2*len(a.Received))
+	args := make([]any, 0, 13+2*len(a.Delivered)+2*len(a.Received)+2*len(a.Holds))
 	args = append(args, keys.Group, a.Consumer, a.NowMS, mode, a.Want, a.MaxPayload, a.MinIdleMS, q.Name,
 		a.RegisterUntilMS, a.Tag, len(a.Received))
 	for _, r := range a.Received {
@@ -421,6 +424,10 @@ func claimKV(q keys.Queue, a ClaimArgs) ([]string, []any) {
 	}
 	args = append(args, len(a.Delivered))
 	for _, d := range a.Delivered {
+		args = append(args, d.Band, d.Entry)
+	}
+	args = append(args, len(a.Holds))
+	for _, d := range a.Holds {
 		args = append(args, d.Band, d.Entry)
 	}
 	return ks, args

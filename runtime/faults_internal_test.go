@@ -55,3 +55,30 @@ func TestIdleReadLeavesOutAWrongTypeBand(t *testing.T) {
 		t.Fatal("the next idle read did not block: it failed again")
 	}
 }
+
+// A reaper whose sleep overran by more than half the visibility timeout (its process,
+// or the machine, stalled) holds its reclaims as after an outage; a small overrun does
+// not.
+func TestReaperHoldsAfterItsOwnStall(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	cfg, err := LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{
+		"DTQ_REDIS_URL": srv.URL(), "DTQ_KEY_PREFIX": redistest.Prefix(t), "DTQ_VISIBILITY_TIMEOUT_S": "2", "DTQ_HEARTBEAT_INTERVAL_S": "0.5",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(Options{Config: cfg, Redis: srv.Client(t), Registry: NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.events.close()
+	w.noteStall(100 * time.Millisecond)
+	if h := w.reclaimHold(); h > 0 {
+		t.Fatalf("hold %v after a 100 ms overrun, want none", h)
+	}
+	w.noteStall(1500 * time.Millisecond)
+	if h := w.reclaimHold(); h <= 0 {
+		t.Fatal("no hold after a 1.5 s overrun of a 2 s visibility timeout")
+	}
+}

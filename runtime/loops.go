@@ -37,9 +37,22 @@ func (w *Worker) reaperLoop(ctx context.Context) error {
 			w.metrics.redisErrors.WithLabelValues("reclaim").Inc()
 			return err
 		}
-		if !sleepCtx(ctx, jitter(w.reaperInterval(), 0.1)) {
+		d := jitter(w.reaperInterval(), 0.1)
+		slept := time.Now()
+		if !sleepCtx(ctx, d) {
 			return nil
 		}
+		w.noteStall(time.Since(slept) - d)
+	}
+}
+
+// noteStall holds the reaper's reclaims as after an outage when its own sleep overran
+// by more than half the visibility timeout: this process (or the machine) stalled, and
+// so, likely, did its peers, none of which could touch its entries meanwhile.
+func (w *Worker) noteStall(late time.Duration) {
+	if late > w.cfg.VisibilityTimeout()/2 {
+		w.unreachableAt.Store(time.Now().UnixNano())
+		w.log.Warn("reaper: this process stalled; holding reclaims while live workers touch their entries", "late", late.String())
 	}
 }
 
@@ -59,6 +72,17 @@ func (w *Worker) reclaimHold() time.Duration {
 	return time.Until(time.Unix(0, last).Add(grace))
 }
 
+// heldEntries lists, by queue, the entries of the executions this worker runs now.
+func (w *Worker) heldEntries() map[string][]lua.Delivered {
+	w.heldMu.Lock()
+	defer w.heldMu.Unlock()
+	out := map[string][]lua.Delivered{}
+	for k := range w.held {
+		out[k.queue] = append(out[k.queue], lua.Delivered{Band: k.band, Entry: k.entry})
+	}
+	return out
+}
+
 // reclaimCallBound is the longest one reclaim call may take, resends included: a
 // quarter of the visibility timeout, within 0.2–2 s.
 func (w *Worker) reclaimCallBound() time.Duration {
@@ -72,9 +96,11 @@ func (w *Worker) reapOnce(ctx context.Context, calls *calls) (int, error) {
 		budget = int(min(int64(budget), max(0, w.cfg.MaxTasks-w.begun.Load())))
 	}
 	started := 0
-	// This worker's own entries look as idle as anyone's after an outage: touch them
-	// first, so the reaper never takes back what its own worker still runs.
+	// This worker's own entries look as idle as anyone's after an outage or a stall of
+	// its process: touch them first, and name them to the reclaim, which never takes
+	// back what its own worker still runs (a stall between the touch and the call).
 	w.touchHeld(ctx)
+	holds := w.heldEntries()
 	for _, q := range w.queues {
 		if budget <= 0 {
 			break
@@ -91,6 +117,7 @@ func (w *Worker) reapOnce(ctx context.Context, calls *calls) (int, error) {
 		res, err := lua.Claim(cctx, w.rdb, q, lua.ClaimArgs{
 			Consumer: w.id, NowMS: w.now().UnixMilli(), Reclaim: true, Want: budget,
 			MinIdleMS: w.vtMS, MaxPayload: w.cfg.MaxPayloadBytes, Call: call, Previous: prev,
+			Holds: holds[q.Name],
 		})
 		cancel()
 		if err != nil {
