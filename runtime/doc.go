@@ -39,10 +39,12 @@
 //     XAUTOCLAIMs entries idle past the visibility timeout on every band, at most
 //     concurrency×2 per pass, and starts them as reclaimed executions. After an outage
 //     every entry in flight looks idle past the timeout, the live owners' too: the
-//     reaper touches its own worker's entries before each pass, holds its reclaims for
-//     two heartbeat intervals plus 2 s after the worker last found Redis unreachable
-//     (the owners touch theirs meanwhile), and bounds each reclaim call, resends
-//     included, so one sent before an outage cannot run after it.
+//     reaper touches its own worker's entries before each pass and names them to the
+//     reclaim, which never takes them back from it; it holds its reclaims for two
+//     heartbeat intervals plus 2 s after the worker last found Redis unreachable, or
+//     after its own sleep overran by more than half the visibility timeout (a stalled
+//     process or machine: the owners touch theirs meanwhile); and it bounds each reclaim
+//     call, resends included, so one sent before an outage cannot run after it.
 //   - scheduler (loops.go): every 1–1.2 s, SET NX PX (lock TTL) with the worker id, or, once
 //     a third of the TTL has passed since the lock was taken or renewed, renew through
 //     lock_renew.lua (token checked); release through lock_release.lua at drain. The leader moves due delayed tasks and retries of every known queue (not only
