@@ -317,12 +317,15 @@ func (w *Worker) completeBatch(batch []*execution) {
 		}
 		q := w.byName[name]
 		codes := w.completeWithRetry(q, items)
+		var refused error // the keys' diagnosis, looked up once a batch
 		for i, e := range list {
 			if codes != nil && codes[i] == lua.CompleteRefused {
+				if refused == nil {
+					refused = &lua.QueueError{Queue: name, Op: "complete", Err: errRefusedOutcome,
+						Wrong: lua.WrongTypes(context.Background(), w.rdb, q, "")}
+				}
 				w.log.Error("complete: outcome refused; the task is retried after the visibility timeout",
-					"queue", name, "task", e.task.ID, "attempt", e.task.Attempt,
-					"err", &lua.QueueError{Queue: name, Op: "complete", Err: errRefusedOutcome,
-						Wrong: lua.WrongTypes(context.Background(), w.rdb, q, "")})
+					"queue", name, "task", e.task.ID, "attempt", e.task.Attempt, "err", refused)
 			}
 			w.settle(e, codes != nil && codes[i] == lua.CompleteApplied, codes == nil || codes[i] == lua.CompleteRefused)
 		}
