@@ -2,6 +2,7 @@ package observer
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
@@ -298,22 +299,15 @@ func (s *Server) setPaused(c echo.Context, paused bool) error {
 }
 
 func (s *Server) cancel(c echo.Context) error {
-	q, err := s.queueParam(c)
-	if err != nil {
-		return err
-	}
-	id, err := s.idParam(c)
-	if err != nil {
-		return err
-	}
-	if err := s.c.Cancel(c.Request().Context(), q, id); err != nil {
-		return err
-	}
-	s.log.Info("observer: task cancelled", "queue", q, "id", id, "remote", c.Request().RemoteAddr)
-	return c.JSON(http.StatusOK, map[string]any{"queue": q, "id": id, "status": "cancelled"})
+	return s.taskAction(c, s.c.Cancel, "task cancelled", "cancelled")
 }
 
 func (s *Server) requeue(c echo.Context) error {
+	return s.taskAction(c, s.c.Requeue, "dead task requeued", "queued")
+}
+
+// taskAction runs act on the task named in the path and answers with its new status.
+func (s *Server) taskAction(c echo.Context, act func(ctx context.Context, queue, id string) error, what, status string) error {
 	q, err := s.queueParam(c)
 	if err != nil {
 		return err
@@ -322,9 +316,9 @@ func (s *Server) requeue(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.c.Requeue(c.Request().Context(), q, id); err != nil {
+	if err := act(c.Request().Context(), q, id); err != nil {
 		return err
 	}
-	s.log.Info("observer: dead task requeued", "queue", q, "id", id, "remote", c.Request().RemoteAddr)
-	return c.JSON(http.StatusOK, map[string]any{"queue": q, "id": id, "status": "queued"})
+	s.log.Info("observer: "+what, "queue", q, "id", id, "remote", c.Request().RemoteAddr)
+	return c.JSON(http.StatusOK, map[string]any{"queue": q, "id": id, "status": status})
 }
