@@ -201,12 +201,3 @@ func floorReader(ctx context.Context, prefix string, w io.Writer) error {
 		}
 	}
 }
-
-// succeeded is the outcome of started no-op tasks that ran: each succeeded.
-func succeeded(started []lua.Started) []lua.Completion {
-	items := make([]lua.Completion, len(started))
-	for i, s := range started {
-		items[i] = lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded}
-	}
-	return items
-}

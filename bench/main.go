@@ -234,17 +234,6 @@ func values(rs []result, f string) []float64 {
 	return xs
 }
 
-func spread(xs []float64) (med, lo, hi float64) {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	n := len(s)
-	med = s[n/2]
-	if n%2 == 0 {
-		med = (s[n/2-1] + s[n/2]) / 2
-	}
-	return med, s[0], s[n-1]
-}
-
 func num(x float64) string {
 	switch {
 	case x >= 1000:

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dtq/dtq/client"
+	"github.com/dtq/dtq/internal/keys"
+)
+
+func runColdstart(ctx context.Context, e *benchEnv, o options) (result, error) {
+	reps := o.reps
+	if reps == 0 {
+		reps = 20
+	}
+	// The finish is seen through a keyspace notification on the task's hash, not by
+	// polling: a poller sharing the machine's two cores with Redis and the starting
+	// worker slows what it measures. Without CONFIG rights it falls back to polling.
+	restore, notify := e.keyspaceNotifications(ctx)
+	defer restore()
+	seenBy := "polling"
+	if notify {
+		seenBy = "notification"
+	}
+	var first, finished, ready []float64
+	for i := 0; i < reps; i++ {
+		prefix := e.prefix()
+		c := e.client(prefix)
+		// stamp returns the time it was called: exec → that is the peer's figure (exec to
+		// its handler called); exec → the outcome recorded is the task finished.
+		id, _, err := c.Enqueue(ctx, client.Task{Queue: benchQueue, Function: "stamp"})
+		if err != nil {
+			return nil, err
+		}
+		q := keys.New(prefix).Queue(benchQueue)
+		watch, err := e.watchFinish(ctx, q, id, notify)
+		if err != nil {
+			return nil, err
+		}
+		w, err := e.startWorker(prefix, "DTQ_WORKER_CONCURRENCY="+strconv.Itoa(o.concurrency))
+		if err != nil {
+			watch.stop()
+			return nil, err
+		}
+		start := w.execAt
+		// exec → the waiting task finished (its outcome recorded).
+		end, err := watch.wait(30 * time.Second)
+		if err != nil {
+			w.kill()
+			return nil, fmt.Errorf("cold start: %w", err)
+		}
+		finished = append(finished, float64(end.Sub(start).Microseconds())/1000)
+		if err := w.ready(10 * time.Second); err != nil {
+			w.kill()
+			return nil, err
+		}
+		if err := w.stop(); err != nil {
+			return nil, err
+		}
+		st, err := c.Get(ctx, benchQueue, id)
+		if err != nil || st.Status != "succeeded" {
+			return nil, fmt.Errorf("cold start task %s: %v %v", id, st, err)
+		}
+		called, err := strconv.ParseInt(st.Result, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("cold start task %s: result %q", id, st.Result)
+		}
+		first = append(first, float64(called-start.UnixNano())/1e6)
+		e.drop(prefix)
+
+		// exec → /readyz, separately, with nothing waiting.
+		prefix = e.prefix()
+		w, err = e.startWorker(prefix)
+		if err != nil {
+			return nil, err
+		}
+		if err := w.ready(10 * time.Second); err != nil {
+			w.kill()
+			return nil, err
+		}
+		ready = append(ready, float64(time.Since(w.execAt).Microseconds())/1000)
+		if err := w.stop(); err != nil {
+			return nil, err
+		}
+		e.drop(prefix)
+	}
+	mf, _, _ := spread(first)
+	md, _, _ := spread(finished)
+	mr, _, _ := spread(ready)
+	return result{"reps": reps, "exec_to_first_median_ms": round(mf, 3), "exec_to_finished_median_ms": round(md, 2),
+		"exec_to_ready_median_ms": round(mr, 2),
+		"exec_to_first_ms":        first, "exec_to_finished_ms": finished, "exec_to_ready_ms": ready, "finish_seen_by": seenBy}, nil
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/client"
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/lua"
+)
+
+// benchQueue is the queue every mode's tasks go to.
+const benchQueue = "default"
+
+// enqueueNoops enqueues n no-op tasks in pipelined batches from a few goroutines and
+// returns their ids and the time it took.
+func enqueueNoops(ctx context.Context, c *client.Client, n int, fn string, payload func(i int) []byte) ([]string, time.Duration, error) {
+	const batch, senders = 500, 4
+	ids := make([]string, n)
+	var next int64
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	pr := newProgress("enqueue", int64(n))
+	start := time.Now()
+	for g := 0; g < senders; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				lo := int(next)
+				next += batch
+				mu.Unlock()
+				if lo >= n || firstErr != nil {
+					return
+				}
+				hi := min(lo+batch, n)
+				ts := make([]client.Task, hi-lo)
+				for i := range ts {
+					ts[i] = client.Task{Queue: benchQueue, Function: fn}
+					if payload != nil {
+						ts[i].Payload = payload(lo + i)
+					}
+				}
+				res, err := c.EnqueueMany(ctx, ts)
+				if err == nil {
+					for i, r := range res {
+						if r.Err != nil {
+							err = r.Err
+							break
+						}
+						ids[lo+i] = r.ID
+					}
+				}
+				if err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+				pr.set(int64(hi))
+			}
+		}()
+	}
+	wg.Wait()
+	pr.done()
+	return ids, time.Since(start), firstErr
+}
+
+// statuses reads the status of every task in pipelined batches.
+func statuses(ctx context.Context, rdb redis.UniversalClient, prefix string, ids []string) (map[string]int, error) {
+	q := keys.New(prefix).Queue(benchQueue)
+	out := map[string]int{}
+	for lo := 0; lo < len(ids); lo += 2000 {
+		hi := min(lo+2000, len(ids))
+		p := rdb.Pipeline()
+		cmds := make([]*redis.StringCmd, hi-lo)
+		for i := lo; i < hi; i++ {
+			cmds[i-lo] = p.HGet(ctx, q.Task(ids[i]), "status")
+		}
+		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		for _, c := range cmds {
+			out[c.Val()]++
+		}
+	}
+	return out, nil
+}
+
+// waitDrained polls the queue's backlog until it is empty.
+func waitDrained(ctx context.Context, e *benchEnv, prefix string, total int64, limit time.Duration) (time.Time, error) {
+	pr := newProgress("process", total)
+	defer pr.done()
+	deadline := time.Now().Add(limit)
+	for {
+		n, err := e.backlog(ctx, prefix, benchQueue)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if n == 0 {
+			return time.Now(), nil
+		}
+		pr.set(total - n)
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("%d tasks still queued after %s", n, limit)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitStatus polls each task of ids until its status is status, for at most limit in all.
+func waitStatus(ctx context.Context, c *client.Client, ids []string, status string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for _, id := range ids {
+		for {
+			t, err := c.Get(ctx, benchQueue, id)
+			if err == nil && t.Status == status {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("task %s did not reach %s", id, status)
+			}
+			time.Sleep(500 * time.Microsecond)
+		}
+	}
+	return nil
+}
+
+// succeeded is the outcome of started no-op tasks that ran: each succeeded.
+func succeeded(started []lua.Started) []lua.Completion {
+	items := make([]lua.Completion, len(started))
+	for i, s := range started {
+		items[i] = lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded}
+	}
+	return items
+}
