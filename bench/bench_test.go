@@ -31,50 +31,50 @@ func TestModesAtSmallSize(t *testing.T) {
 	if err != nil {
 		t.Fatalf("throughput: %v", err)
 	}
-	if r["succeeded"] != 2000 || r["lost"] != 0 || r["process_per_s"].(float64) <= 0 || r["enqueue_per_s"].(float64) <= 0 {
+	if r.Succeeded != 2000 || r.Lost != 0 || r.ProcessPerS <= 0 || r.EnqueuePerS <= 0 {
 		t.Fatalf("throughput figures not sane: %v", r)
 	}
 
 	o.n, o.workers = 3000, 3
 	r, err = runThroughput(ctx, e, o)
-	if err != nil || r["succeeded"] != 3000 {
+	if err != nil || r.Succeeded != 3000 {
 		t.Fatalf("throughput with 3 workers: %v %v", r, err)
 	}
 	o.workers = 1
 
 	t.Log("latency")
 	o.n = 30
-	r, err = runLatency(ctx, e, o)
+	lr, err := runLatency(ctx, e, o)
 	if err != nil {
 		t.Fatalf("latency: %v", err)
 	}
-	if p50, p99 := r["p50_ms"].(float64), r["p99_ms"].(float64); p50 <= 0 || p99 < p50 || r["max_ms"].(float64) < p99 {
-		t.Fatalf("latency percentiles not ordered: %v", r)
+	if p50, p99 := lr.P50MS, lr.P99MS; p50 <= 0 || p99 < p50 || lr.MaxMS < p99 {
+		t.Fatalf("latency percentiles not ordered: %+v", lr)
 	}
-	if f50, f99 := r["floor_p50_ms"].(float64), r["floor_p99_ms"].(float64); f50 <= 0 || f99 < f50 {
-		t.Fatalf("latency floor percentiles not ordered: %v", r)
+	if f50, f99 := lr.FloorP50MS, lr.FloorP99MS; f50 <= 0 || f99 < f50 {
+		t.Fatalf("latency floor percentiles not ordered: %+v", lr)
 	}
-	if s := r["handoff_share"].(float64); s <= 0 || s > 1 {
+	if s := lr.HandoffShare; s <= 0 || s > 1 {
 		t.Fatalf("handoff share %v: the idle worker took no task from the enqueue, or counted more than were sent", s)
 	}
-	if r["idle_roundtrips_per_s"].(float64) <= 0 {
-		t.Fatalf("idle round trips not measured: %v", r)
+	if lr.IdleRoundtripsPerS <= 0 {
+		t.Fatalf("idle round trips not measured: %+v", lr)
 	}
 
 	t.Log("coldstart")
 	o.reps = 2
-	r, err = runColdstart(ctx, e, o)
-	if err != nil || len(r["exec_to_first_ms"].([]float64)) != 2 {
-		t.Fatalf("coldstart: %v %v", r, err)
+	cr, err := runColdstart(ctx, e, o)
+	if err != nil || len(cr.ExecToFirstMS) != 2 || len(cr.ExecToFinishedMS) != 2 {
+		t.Fatalf("coldstart: %+v %v", cr, err)
 	}
 	// the function is called before its outcome is recorded, both after the exec
-	for i, called := range r["exec_to_first_ms"].([]float64) {
-		if fin := r["exec_to_finished_ms"].([]float64)[i]; called <= 0 || fin < called {
+	for i, called := range cr.ExecToFirstMS {
+		if fin := cr.ExecToFinishedMS[i]; called <= 0 || fin < called {
 			t.Fatalf("coldstart rep %d: function called at %v ms, finished at %v ms", i, called, fin)
 		}
 	}
-	if r["finish_seen_by"] != "notification" {
-		t.Fatalf("coldstart did not watch the task through a keyspace notification: %v", r)
+	if cr.FinishSeenBy != "notification" {
+		t.Fatalf("coldstart did not watch the task through a keyspace notification: %+v", cr)
 	}
 	if v := e.rdb.ConfigGet(ctx, "notify-keyspace-events").Val()["notify-keyspace-events"]; v != "" {
 		t.Fatalf("coldstart left notify-keyspace-events at %q", v)
@@ -82,38 +82,38 @@ func TestModesAtSmallSize(t *testing.T) {
 
 	t.Log("drain")
 	o.reps = 1
-	r, err = runDrain(ctx, e, o)
-	if err != nil || r["busy_tasks_lost"] != 0 {
-		t.Fatalf("drain: %v %v", r, err)
+	dr, err := runDrain(ctx, e, o)
+	if err != nil || dr.BusyTasksLost != 0 {
+		t.Fatalf("drain: %+v %v", dr, err)
 	}
 
 	t.Log("ceiling")
 	o.n = 3000
-	r, err = runCeiling(ctx, e, o)
-	if err != nil || r["ceiling_per_s"].(float64) <= 0 {
-		t.Fatalf("ceiling: %v %v", r, err)
+	ce, err := runCeiling(ctx, e, o)
+	if err != nil || ce.CeilingPerS <= 0 {
+		t.Fatalf("ceiling: %+v %v", ce, err)
 	}
 
 	t.Log("scripts")
 	o.n = 500
-	r, err = runScripts(ctx, e, o)
-	if err != nil || r["lost"] != 0 {
-		t.Fatalf("scripts: %v %v", r, err)
+	sr, err := runScripts(ctx, e, o)
+	if err != nil || sr.Lost != 0 {
+		t.Fatalf("scripts: %+v %v", sr, err)
 	}
-	for _, f := range []string{"enqueue_redis_us", "claim_redis_us", "complete_redis_us"} {
-		if v, ok := r[f].(float64); !ok || v <= 0 {
-			t.Fatalf("scripts: %s = %v, want Redis time measured", f, r[f])
+	for f, v := range map[string]float64{"enqueue_redis_us": sr.EnqueueRedisUs, "claim_redis_us": sr.ClaimRedisUs, "complete_redis_us": sr.CompleteRedisUs} {
+		if v <= 0 {
+			t.Fatalf("scripts: %s = %v, want Redis time measured", f, v)
 		}
 	}
-	if _, ok := r["claim_redis_instr"]; ok {
-		t.Fatalf("scripts counted instructions without --callgrind: %v", r)
+	if sr.EnqueueRedisInstr != nil || sr.ClaimRedisInstr != nil || sr.CompleteRedisInstr != nil {
+		t.Fatalf("scripts counted instructions without --callgrind: %+v", sr)
 	}
 
 	t.Log("scaler")
 	o.reps = 40
-	r, err = runScaler(ctx, e, o)
-	if err != nil || r["getmetrics_p50_ms"].(float64) <= 0 || r["push_p50_ms"].(float64) <= 0 ||
-		r["push_enqueue_p99_ms"].(float64) <= 0 || r["push_enqueue_p99_ms"].(float64) > r["push_max_ms"].(float64) {
-		t.Fatalf("scaler: %v %v", r, err)
+	sc, err := runScaler(ctx, e, o)
+	if err != nil || sc.GetmetricsP50MS <= 0 || sc.PushP50MS <= 0 ||
+		sc.PushEnqueueP99MS <= 0 || sc.PushEnqueueP99MS > sc.PushMaxMS {
+		t.Fatalf("scaler: %+v %v", sc, err)
 	}
 }

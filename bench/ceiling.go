@@ -12,12 +12,28 @@ import (
 	"github.com/dtq/dtq/lua"
 )
 
+// ceilingResult is one run of the ceiling mode.
+type ceilingResult struct {
+	N                int     `json:"n"`
+	CeilingPerS      float64 `json:"ceiling_per_s"`
+	RedisCmdsPerTask float64 `json:"redis_cmds_per_task"`
+	// RedisCPUUsPerTask is nil for a Redis on another machine.
+	RedisCPUUsPerTask *float64 `json:"redis_cpu_us_per_task,omitempty"`
+}
+
+func (r ceilingResult) figures() []figure {
+	return []figure{
+		fig("ceiling_per_s", r.CeilingPerS), fig("redis_cmds_per_task", r.RedisCmdsPerTask),
+		optFig("redis_cpu_us_per_task", r.RedisCPUUsPerTask),
+	}
+}
+
 // runCeiling drives the design's Redis work without a worker: the claim script (read +
 // start, 32 entries a call) and the complete script (32 outcomes a call), pipelined —
 // each round trip completes one batch and claims the next — from a few goroutines, on n
 // enqueued no-op tasks. No function runs, no bookkeeping happens in Go: what is left is
 // the cost of the design's Redis commands.
-func runCeiling(ctx context.Context, e *benchEnv, o options) (result, error) {
+func runCeiling(ctx context.Context, e *benchEnv, o options) (ceilingResult, error) {
 	n := o.n
 	if n == 0 {
 		n = 50000
@@ -26,10 +42,10 @@ func runCeiling(ctx context.Context, e *benchEnv, o options) (result, error) {
 	defer e.drop(prefix)
 	c := e.client(prefix)
 	if _, _, err := enqueueNoops(ctx, c, n, "noop", nil); err != nil {
-		return nil, err
+		return ceilingResult{}, err
 	}
 	if err := lua.Load(ctx, e.rdb); err != nil {
-		return nil, err
+		return ceilingResult{}, err
 	}
 	q := keys.New(prefix).Queue(benchQueue)
 	cmd0 := e.commands(ctx)
@@ -76,12 +92,12 @@ func runCeiling(ctx context.Context, e *benchEnv, o options) (result, error) {
 	wg.Wait()
 	dur := time.Since(start)
 	if firstErr != nil {
-		return nil, firstErr
+		return ceilingResult{}, firstErr
 	}
-	r := result{"n": n, "ceiling_per_s": round(float64(n)/dur.Seconds(), 0),
-		"redis_cmds_per_task": round(float64(e.commands(ctx)-cmd0)/float64(n), 2)}
+	r := ceilingResult{N: n, CeilingPerS: round(float64(n)/dur.Seconds(), 0),
+		RedisCmdsPerTask: round(float64(e.commands(ctx)-cmd0)/float64(n), 2)}
 	if e.redisPID > 0 {
-		r["redis_cpu_us_per_task"] = round(float64((cpuTime(e.redisPID)-rcpu0).Microseconds())/float64(n), 1)
+		r.RedisCPUUsPerTask = some(round(float64((cpuTime(e.redisPID)-rcpu0).Microseconds())/float64(n), 1))
 	}
 	return r, nil
 }

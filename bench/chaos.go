@@ -9,11 +9,34 @@ import (
 	"github.com/dtq/dtq/chaos"
 )
 
+// chaosResult is one run of the chaos mode: the counts of its report.
+type chaosResult struct {
+	Tasks                   int     `json:"tasks"`
+	Kills                   int     `json:"kills"` // leader kills included
+	Stops                   int     `json:"stops"`
+	Freezes                 int     `json:"freezes"`
+	Lost                    int     `json:"lost"`
+	DuplicateStarts         int     `json:"duplicate_starts"`
+	Reexecutions            int     `json:"reexecutions"`
+	UnexplainedReexecutions int     `json:"unexplained_reexecutions"`
+	QuiesceS                float64 `json:"quiesce_s"`
+	Seed                    uint64  `json:"seed"`
+}
+
+func (r chaosResult) figures() []figure {
+	return []figure{
+		fig("tasks", float64(r.Tasks)), fig("kills", float64(r.Kills)), fig("stops", float64(r.Stops)),
+		fig("freezes", float64(r.Freezes)), fig("lost", float64(r.Lost)), fig("duplicate_starts", float64(r.DuplicateStarts)),
+		fig("reexecutions", float64(r.Reexecutions)), fig("unexplained_reexecutions", float64(r.UnexplainedReexecutions)),
+		fig("quiesce_s", r.QuiesceS),
+	}
+}
+
 // runChaos is the long chaos run: worker processes killed, terminated, frozen and their
 // scheduler leader killed while thousands of tasks flow, checked against a ledger the
 // functions write outside the runtime (see chaos/). --duration spreads the enqueues
 // and the faults; the run uses a redis-server of its own (AOF on).
-func runChaos(ctx context.Context, e *benchEnv, o options) (result, error) {
+func runChaos(ctx context.Context, e *benchEnv, o options) (chaosResult, error) {
 	n := o.n
 	if n == 0 {
 		n = 20000
@@ -29,16 +52,16 @@ func runChaos(ctx context.Context, e *benchEnv, o options) (result, error) {
 	}
 	rep, err := chaos.Run(ctx, opts)
 	if err != nil && !errors.Is(err, chaos.ErrInvariant) {
-		return nil, err
+		return chaosResult{}, err
 	}
 	if !o.json {
 		fmt.Fprint(os.Stderr, rep.String())
 	}
-	r := result{
-		"tasks": rep.Tasks, "kills": rep.Kills + rep.LeaderKills, "stops": rep.Terms, "freezes": rep.Freezes,
-		"lost": rep.Lost, "duplicate_starts": rep.DuplicateStarts, "reexecutions": rep.Reexecutions,
-		"unexplained_reexecutions": rep.Unexplained, "quiesce_s": round(rep.Quiesce.Seconds(), 2),
-		"seed": rep.Seed,
+	r := chaosResult{
+		Tasks: rep.Tasks, Kills: rep.Kills + rep.LeaderKills, Stops: rep.Terms, Freezes: rep.Freezes,
+		Lost: rep.Lost, DuplicateStarts: rep.DuplicateStarts, Reexecutions: rep.Reexecutions,
+		UnexplainedReexecutions: rep.Unexplained, QuiesceS: round(rep.Quiesce.Seconds(), 2),
+		Seed: rep.Seed,
 	}
 	if err != nil {
 		return r, err

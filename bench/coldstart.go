@@ -10,7 +10,28 @@ import (
 	"github.com/dtq/dtq/internal/keys"
 )
 
-func runColdstart(ctx context.Context, e *benchEnv, o options) (result, error) {
+// coldstartResult is one run of the coldstart mode: medians over its repetitions, and
+// every repetition's figure.
+type coldstartResult struct {
+	Reps                   int       `json:"reps"`
+	ExecToFirstMedianMS    float64   `json:"exec_to_first_median_ms"`
+	ExecToFinishedMedianMS float64   `json:"exec_to_finished_median_ms"`
+	ExecToReadyMedianMS    float64   `json:"exec_to_ready_median_ms"`
+	ExecToFirstMS          []float64 `json:"exec_to_first_ms"`
+	ExecToFinishedMS       []float64 `json:"exec_to_finished_ms"`
+	ExecToReadyMS          []float64 `json:"exec_to_ready_ms"`
+	// FinishSeenBy is "notification" or "polling": how the task's finish was seen.
+	FinishSeenBy string `json:"finish_seen_by"`
+}
+
+func (r coldstartResult) figures() []figure {
+	return []figure{
+		fig("exec_to_first_median_ms", r.ExecToFirstMedianMS), fig("exec_to_finished_median_ms", r.ExecToFinishedMedianMS),
+		fig("exec_to_ready_median_ms", r.ExecToReadyMedianMS),
+	}
+}
+
+func runColdstart(ctx context.Context, e *benchEnv, o options) (coldstartResult, error) {
 	reps := o.reps
 	if reps == 0 {
 		reps = 20
@@ -32,40 +53,40 @@ func runColdstart(ctx context.Context, e *benchEnv, o options) (result, error) {
 		// its handler called); exec → the outcome recorded is the task finished.
 		id, _, err := c.Enqueue(ctx, client.Task{Queue: benchQueue, Function: "stamp"})
 		if err != nil {
-			return nil, err
+			return coldstartResult{}, err
 		}
 		q := keys.New(prefix).Queue(benchQueue)
 		watch, err := e.watchFinish(ctx, q, id, notify)
 		if err != nil {
-			return nil, err
+			return coldstartResult{}, err
 		}
 		w, err := e.startWorker(prefix, "DTQ_WORKER_CONCURRENCY="+strconv.Itoa(o.concurrency))
 		if err != nil {
 			watch.stop()
-			return nil, err
+			return coldstartResult{}, err
 		}
 		start := w.execAt
 		// exec → the waiting task finished (its outcome recorded).
 		end, err := watch.wait(30 * time.Second)
 		if err != nil {
 			w.kill()
-			return nil, fmt.Errorf("cold start: %w", err)
+			return coldstartResult{}, fmt.Errorf("cold start: %w", err)
 		}
 		finished = append(finished, float64(end.Sub(start).Microseconds())/1000)
 		if err := w.ready(10 * time.Second); err != nil {
 			w.kill()
-			return nil, err
+			return coldstartResult{}, err
 		}
 		if err := w.stop(); err != nil {
-			return nil, err
+			return coldstartResult{}, err
 		}
 		st, err := c.Get(ctx, benchQueue, id)
 		if err != nil || st.Status != "succeeded" {
-			return nil, fmt.Errorf("cold start task %s: %v %v", id, st, err)
+			return coldstartResult{}, fmt.Errorf("cold start task %s: %v %v", id, st, err)
 		}
 		called, err := strconv.ParseInt(st.Result, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("cold start task %s: result %q", id, st.Result)
+			return coldstartResult{}, fmt.Errorf("cold start task %s: result %q", id, st.Result)
 		}
 		first = append(first, float64(called-start.UnixNano())/1e6)
 		e.drop(prefix)
@@ -74,22 +95,22 @@ func runColdstart(ctx context.Context, e *benchEnv, o options) (result, error) {
 		prefix = e.prefix()
 		w, err = e.startWorker(prefix)
 		if err != nil {
-			return nil, err
+			return coldstartResult{}, err
 		}
 		if err := w.ready(10 * time.Second); err != nil {
 			w.kill()
-			return nil, err
+			return coldstartResult{}, err
 		}
 		ready = append(ready, float64(time.Since(w.execAt).Microseconds())/1000)
 		if err := w.stop(); err != nil {
-			return nil, err
+			return coldstartResult{}, err
 		}
 		e.drop(prefix)
 	}
 	mf, _, _ := spread(first)
 	md, _, _ := spread(finished)
 	mr, _, _ := spread(ready)
-	return result{"reps": reps, "exec_to_first_median_ms": round(mf, 3), "exec_to_finished_median_ms": round(md, 2),
-		"exec_to_ready_median_ms": round(mr, 2),
-		"exec_to_first_ms":        first, "exec_to_finished_ms": finished, "exec_to_ready_ms": ready, "finish_seen_by": seenBy}, nil
+	return coldstartResult{Reps: reps, ExecToFirstMedianMS: round(mf, 3), ExecToFinishedMedianMS: round(md, 2),
+		ExecToReadyMedianMS: round(mr, 2),
+		ExecToFirstMS:       first, ExecToFinishedMS: finished, ExecToReadyMS: ready, FinishSeenBy: seenBy}, nil
 }

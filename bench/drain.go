@@ -8,7 +8,28 @@ import (
 	"github.com/dtq/dtq/client"
 )
 
-func runDrain(ctx context.Context, e *benchEnv, o options) (result, error) {
+// drainResult is one run of the drain mode: medians over its repetitions, and every
+// repetition's figure.
+type drainResult struct {
+	Reps                    int       `json:"reps"`
+	SigtermIdleExitMedianMS float64   `json:"sigterm_idle_exit_median_ms"`
+	SigtermBusyExitMedianMS float64   `json:"sigterm_busy_exit_median_ms"`
+	BusyTasksLost           int       `json:"busy_tasks_lost"`
+	SigkillRecoveryMedianMS float64   `json:"sigkill_recovery_median_ms"`
+	VisibilityTimeoutS      int       `json:"visibility_timeout_s"`
+	SigtermIdleExitMS       []float64 `json:"sigterm_idle_exit_ms"`
+	SigtermBusyExitMS       []float64 `json:"sigterm_busy_exit_ms"`
+	SigkillRecoveryMS       []float64 `json:"sigkill_recovery_ms"`
+}
+
+func (r drainResult) figures() []figure {
+	return []figure{
+		fig("sigterm_idle_exit_median_ms", r.SigtermIdleExitMedianMS), fig("sigterm_busy_exit_median_ms", r.SigtermBusyExitMedianMS),
+		fig("busy_tasks_lost", float64(r.BusyTasksLost)), fig("sigkill_recovery_median_ms", r.SigkillRecoveryMedianMS),
+	}
+}
+
+func runDrain(ctx context.Context, e *benchEnv, o options) (drainResult, error) {
 	reps := o.reps
 	if reps == 0 {
 		reps = 5
@@ -20,10 +41,10 @@ func runDrain(ctx context.Context, e *benchEnv, o options) (result, error) {
 		prefix := e.prefix()
 		w, err := e.startWorker(prefix)
 		if err != nil {
-			return nil, err
+			return drainResult{}, err
 		}
 		if err := w.ready(10 * time.Second); err != nil {
-			return nil, err
+			return drainResult{}, err
 		}
 		time.Sleep(200 * time.Millisecond) // let it settle into its blocking read
 		t0 := time.Now()
@@ -37,18 +58,18 @@ func runDrain(ctx context.Context, e *benchEnv, o options) (result, error) {
 		c := e.client(prefix)
 		w, err = e.startWorker(prefix, "DTQ_WORKER_CONCURRENCY=8")
 		if err != nil {
-			return nil, err
+			return drainResult{}, err
 		}
 		var ids []string
 		for j := 0; j < 8; j++ {
 			id, _, err := c.Enqueue(ctx, client.Task{Queue: benchQueue, Function: "sleep", Payload: []byte(`{"ms":300}`)})
 			if err != nil {
-				return nil, err
+				return drainResult{}, err
 			}
 			ids = append(ids, id)
 		}
 		if err := waitStatus(ctx, c, ids, "running", 10*time.Second); err != nil {
-			return nil, err
+			return drainResult{}, err
 		}
 		t0 = time.Now()
 		_ = w.cmd.Process.Signal(syscall.SIGTERM)
@@ -56,7 +77,7 @@ func runDrain(ctx context.Context, e *benchEnv, o options) (result, error) {
 		busy = append(busy, float64(time.Since(t0).Microseconds())/1000)
 		st, err := statuses(ctx, e.rdb, prefix, ids)
 		if err != nil {
-			return nil, err
+			return drainResult{}, err
 		}
 		lost += len(ids) - st["succeeded"]
 		e.drop(prefix)
@@ -67,26 +88,26 @@ func runDrain(ctx context.Context, e *benchEnv, o options) (result, error) {
 		vt := []string{"DTQ_VISIBILITY_TIMEOUT_S=1", "DTQ_HEARTBEAT_INTERVAL_S=0.25"}
 		victim, err := e.startWorker(prefix, vt...)
 		if err != nil {
-			return nil, err
+			return drainResult{}, err
 		}
 		id, _, err := c.Enqueue(ctx, client.Task{Queue: benchQueue, Function: "sleep", Payload: []byte(`{"ms":100}`)})
 		if err != nil {
-			return nil, err
+			return drainResult{}, err
 		}
 		if err := waitStatus(ctx, c, []string{id}, "running", 10*time.Second); err != nil {
-			return nil, err
+			return drainResult{}, err
 		}
 		peer, err := e.startWorker(prefix, vt...)
 		if err != nil {
-			return nil, err
+			return drainResult{}, err
 		}
 		if err := peer.ready(10 * time.Second); err != nil {
-			return nil, err
+			return drainResult{}, err
 		}
 		t0 = time.Now()
 		victim.kill()
 		if err := waitStatus(ctx, c, []string{id}, "succeeded", 30*time.Second); err != nil {
-			return nil, err
+			return drainResult{}, err
 		}
 		recovery = append(recovery, float64(time.Since(t0).Microseconds())/1000)
 		_ = peer.stop()
@@ -95,7 +116,7 @@ func runDrain(ctx context.Context, e *benchEnv, o options) (result, error) {
 	mi, _, _ := spread(idle)
 	mb, _, _ := spread(busy)
 	mr, _, _ := spread(recovery)
-	return result{"reps": reps, "sigterm_idle_exit_median_ms": round(mi, 2), "sigterm_busy_exit_median_ms": round(mb, 2),
-		"busy_tasks_lost": lost, "sigkill_recovery_median_ms": round(mr, 1), "visibility_timeout_s": 1,
-		"sigterm_idle_exit_ms": idle, "sigterm_busy_exit_ms": busy, "sigkill_recovery_ms": recovery}, nil
+	return drainResult{Reps: reps, SigtermIdleExitMedianMS: round(mi, 2), SigtermBusyExitMedianMS: round(mb, 2),
+		BusyTasksLost: lost, SigkillRecoveryMedianMS: round(mr, 1), VisibilityTimeoutS: 1,
+		SigtermIdleExitMS: idle, SigtermBusyExitMS: busy, SigkillRecoveryMS: recovery}, nil
 }

@@ -53,10 +53,12 @@ func runPeer(ctx context.Context, e *benchEnv, o options) int {
 				fmt.Fprintf(os.Stderr, "bench peer %s (dtq): %v\n", p.mode, err)
 				return 1
 			}
-			r["system"], r["mode"] = "dtq", p.mode
 			by["dtq"] = append(by["dtq"], r)
 			if o.json {
-				emit(r)
+				if err := emit(r, "dtq", p.mode); err != nil {
+					fmt.Fprintf(os.Stderr, "bench peer %s (dtq): %v\n", p.mode, err)
+					return 1
+				}
 			}
 			args := append([]string{"-redis", e.addr}, p.args...)
 			out, err := exec.CommandContext(ctx, bin, args...).Output()
@@ -64,7 +66,7 @@ func runPeer(ctx context.Context, e *benchEnv, o options) int {
 				fmt.Fprintf(os.Stderr, "bench peer %s (asynq): %v\n", p.mode, err)
 				return 1
 			}
-			var pr result
+			var pr map[string]any
 			if err := json.Unmarshal([]byte(lastLine(string(out))), &pr); err != nil {
 				fmt.Fprintf(os.Stderr, "bench peer %s: asynq printed %q\n", p.mode, out)
 				return 1
@@ -83,9 +85,10 @@ func runPeer(ctx context.Context, e *benchEnv, o options) int {
 					}
 				}
 			}
-			by["asynq"] = append(by["asynq"], pr)
+			by["asynq"] = append(by["asynq"], peerResult{fields: pr, of: r})
 			if o.json {
-				emit(pr)
+				b, _ := json.Marshal(pr)
+				fmt.Println(string(b))
 			}
 		}
 		if !o.json {
@@ -93,6 +96,24 @@ func runPeer(ctx context.Context, e *benchEnv, o options) int {
 		}
 	}
 	return 0
+}
+
+// peerResult is one run of the asynq peer benchmark: the JSON object it printed, whose
+// figures are read under the names of dtq's figures of the same mode.
+type peerResult struct {
+	fields map[string]any
+	of     result // dtq's result of the same run, for the figures' names
+}
+
+func (r peerResult) MarshalJSON() ([]byte, error) { return json.Marshal(r.fields) }
+
+func (r peerResult) figures() []figure {
+	var fs []figure
+	for _, f := range r.of.figures() {
+		v, ok := r.fields[f.name].(float64)
+		fs = append(fs, figure{name: f.name, value: v, ok: ok})
+	}
+	return fs
 }
 
 func def(v, d int) int {

@@ -15,6 +15,28 @@ import (
 	"github.com/dtq/dtq/lua"
 )
 
+// scriptsResult is one run of the scripts mode: per task, the Redis time (µs) of each
+// phase and, with --callgrind, the instructions Redis executed (nil without).
+type scriptsResult struct {
+	N                  int      `json:"n"`
+	EnqueueRedisUs     float64  `json:"enqueue_redis_us"`
+	ClaimRedisUs       float64  `json:"claim_redis_us"`
+	CompleteRedisUs    float64  `json:"complete_redis_us"`
+	EnqueueRedisInstr  *float64 `json:"enqueue_redis_instr,omitempty"`
+	ClaimRedisInstr    *float64 `json:"claim_redis_instr,omitempty"`
+	CompleteRedisInstr *float64 `json:"complete_redis_instr,omitempty"`
+	Succeeded          int      `json:"succeeded"`
+	Lost               int      `json:"lost"`
+}
+
+func (r scriptsResult) figures() []figure {
+	return []figure{
+		fig("enqueue_redis_us", r.EnqueueRedisUs), fig("claim_redis_us", r.ClaimRedisUs), fig("complete_redis_us", r.CompleteRedisUs),
+		optFig("enqueue_redis_instr", r.EnqueueRedisInstr), optFig("claim_redis_instr", r.ClaimRedisInstr),
+		optFig("complete_redis_instr", r.CompleteRedisInstr), fig("lost", float64(r.Lost)),
+	}
+}
+
 // runScripts measures what each hot script costs Redis per task, one phase at a time
 // and no worker: N no-op tasks are enqueued (EnqueueMany), then claimed 32 a call, then
 // completed 32 a call. Each phase's figure is the EVALSHA time Redis reports in INFO
@@ -25,23 +47,23 @@ import (
 // the phases are also cut with callgrind_control (--zero before, --dump after) and the
 // instructions Redis executed per task are read from the dumps: exact and repeatable
 // where times on a shared VM are not.
-func runScripts(ctx context.Context, e *benchEnv, o options) (result, error) {
+func runScripts(ctx context.Context, e *benchEnv, o options) (scriptsResult, error) {
 	n := o.n
 	if n == 0 {
 		n = 3200
 	}
 	if o.callgrind && e.redisPID == 0 {
-		return nil, fmt.Errorf("--callgrind needs the pid of the redis-server (INFO server)")
+		return scriptsResult{}, fmt.Errorf("--callgrind needs the pid of the redis-server (INFO server)")
 	}
 	prefix := e.prefix()
 	defer e.drop(prefix)
 	c := e.client(prefix)
 	q := keys.New(prefix).Queue(benchQueue)
 	if err := lua.Load(ctx, e.rdb); err != nil {
-		return nil, err
+		return scriptsResult{}, err
 	}
-	r := result{"n": n}
-	phase := func(name string, f func() error) error {
+	r := scriptsResult{N: n}
+	phase := func(name string, us *float64, instr **float64, f func() error) error {
 		if o.callgrind {
 			if out, err := exec.Command("callgrind_control", "--zero", strconv.Itoa(e.redisPID)).CombinedOutput(); err != nil {
 				return fmt.Errorf("callgrind_control --zero: %v: %s", err, out)
@@ -58,27 +80,27 @@ func runScripts(ctx context.Context, e *benchEnv, o options) (result, error) {
 		if err != nil {
 			return err
 		}
-		r[name+"_redis_us"] = round(float64(us1-us0)/float64(n), 2)
+		*us = round(float64(us1-us0)/float64(n), 2)
 		if o.callgrind {
 			ins, err := e.callgrindDump(name)
 			if err != nil {
 				return err
 			}
-			r[name+"_redis_instr"] = round(float64(ins)/float64(n), 0)
+			*instr = some(round(float64(ins)/float64(n), 0))
 		}
 		return nil
 	}
 
 	var ids []string
-	if err := phase("enqueue", func() error {
+	if err := phase("enqueue", &r.EnqueueRedisUs, &r.EnqueueRedisInstr, func() error {
 		var err error
 		ids, _, err = enqueueNoops(ctx, c, n, "noop", nil)
 		return err
 	}); err != nil {
-		return nil, err
+		return scriptsResult{}, err
 	}
 	var held [][]lua.Completion
-	if err := phase("claim", func() error {
+	if err := phase("claim", &r.ClaimRedisUs, &r.ClaimRedisInstr, func() error {
 		for got := 0; got < n; {
 			res, err := lua.Claim(ctx, e.rdb, q, lua.ClaimArgs{Consumer: "scripts", NowMS: time.Now().UnixMilli(), Want: 32, MaxPayload: 1 << 20})
 			if err != nil {
@@ -93,9 +115,9 @@ func runScripts(ctx context.Context, e *benchEnv, o options) (result, error) {
 		}
 		return nil
 	}); err != nil {
-		return nil, err
+		return scriptsResult{}, err
 	}
-	if err := phase("complete", func() error {
+	if err := phase("complete", &r.CompleteRedisUs, &r.CompleteRedisInstr, func() error {
 		for _, items := range held {
 			applied, err := lua.Complete(ctx, e.rdb, q, time.Now().UnixMilli(), 86400000, items)
 			if err != nil {
@@ -109,13 +131,13 @@ func runScripts(ctx context.Context, e *benchEnv, o options) (result, error) {
 		}
 		return nil
 	}); err != nil {
-		return nil, err
+		return scriptsResult{}, err
 	}
 	st, err := statuses(ctx, e.rdb, prefix, ids)
 	if err != nil {
-		return nil, err
+		return scriptsResult{}, err
 	}
-	r["succeeded"], r["lost"] = st["succeeded"], n-st["succeeded"]
+	r.Succeeded, r.Lost = st["succeeded"], n-st["succeeded"]
 	if st["succeeded"] != n {
 		return r, fmt.Errorf("%d of %d tasks succeeded: %v", st["succeeded"], n, st)
 	}

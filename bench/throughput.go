@@ -12,7 +12,38 @@ import (
 	"github.com/dtq/dtq/internal/keys"
 )
 
-func runThroughput(ctx context.Context, e *benchEnv, o options) (result, error) {
+// throughputResult is one run of the throughput mode.
+type throughputResult struct {
+	N           int     `json:"n"`
+	Workers     int     `json:"workers"`
+	Concurrency int     `json:"concurrency"`
+	EnqueueS    float64 `json:"enqueue_s"`
+	EnqueuePerS float64 `json:"enqueue_per_s"`
+	ProcessS    float64 `json:"process_s"`
+	ProcessPerS float64 `json:"process_per_s"`
+	AckedPerS   float64 `json:"acked_per_s"`
+	// ExecToFirstTaskMS counts from the exec (the peer's first_task_ms starts
+	// in-process); nil when no task's start time could be read.
+	ExecToFirstTaskMS  *float64 `json:"exec_to_first_task_ms,omitempty"`
+	RedisCmdsPerTask   float64  `json:"redis_cmds_per_task"`
+	WorkerCPUUsPerTask float64  `json:"worker_cpu_us_per_task"`
+	// RedisCPUUsPerTask is nil for a Redis on another machine.
+	RedisCPUUsPerTask *float64 `json:"redis_cpu_us_per_task,omitempty"`
+	Succeeded         int      `json:"succeeded"`
+	Lost              int      `json:"lost"`
+	Duplicates        int      `json:"duplicates"`
+}
+
+func (r throughputResult) figures() []figure {
+	return []figure{
+		fig("process_per_s", r.ProcessPerS), fig("enqueue_per_s", r.EnqueuePerS),
+		optFig("exec_to_first_task_ms", r.ExecToFirstTaskMS), fig("redis_cmds_per_task", r.RedisCmdsPerTask),
+		fig("worker_cpu_us_per_task", r.WorkerCPUUsPerTask), optFig("redis_cpu_us_per_task", r.RedisCPUUsPerTask),
+		fig("lost", float64(r.Lost)), fig("duplicates", float64(r.Duplicates)),
+	}
+}
+
+func runThroughput(ctx context.Context, e *benchEnv, o options) (throughputResult, error) {
 	n := o.n
 	if n == 0 {
 		n = 50000
@@ -22,13 +53,13 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (result, error) 
 	c := e.client(prefix)
 	ids, enqDur, err := enqueueNoops(ctx, c, n, "noop", nil)
 	if err != nil {
-		return nil, err
+		return throughputResult{}, err
 	}
 	// The first task a worker starts is the head of a band's stream (the highest band
 	// first, each in stream order): not the first id enqueued, as enqueuers interleave.
 	heads, err := streamHeads(ctx, e, prefix)
 	if err != nil {
-		return nil, err
+		return throughputResult{}, err
 	}
 	cmd0 := e.commands(ctx)
 	rcpu0 := cpuTime(e.redisPID)
@@ -37,7 +68,7 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (result, error) 
 	for i := 0; i < o.workers; i++ {
 		w, err := e.startWorker(prefix, "DTQ_WORKER_CONCURRENCY="+strconv.Itoa(o.concurrency))
 		if err != nil {
-			return nil, err
+			return throughputResult{}, err
 		}
 		ws = append(ws, w)
 	}
@@ -46,7 +77,7 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (result, error) 
 		for _, w := range ws {
 			w.kill()
 		}
-		return nil, err
+		return throughputResult{}, err
 	}
 	procDur := done.Sub(start)
 	rcpu := cpuTime(e.redisPID) - rcpu0
@@ -58,7 +89,7 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (result, error) 
 	}
 	for _, w := range ws {
 		if err := w.stop(); err != nil {
-			return nil, err
+			return throughputResult{}, err
 		}
 	}
 	// First task: the earliest started_at among the stream heads (ms resolution).
@@ -67,24 +98,24 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (result, error) 
 	}
 	st, err := statuses(ctx, e.rdb, prefix, ids)
 	if err != nil {
-		return nil, err
+		return throughputResult{}, err
 	}
-	r := result{
-		"n": n, "workers": o.workers, "concurrency": o.concurrency,
-		"enqueue_s": round(enqDur.Seconds(), 4), "enqueue_per_s": round(float64(n)/enqDur.Seconds(), 0),
-		"process_s": round(procDur.Seconds(), 4), "process_per_s": round(float64(n)/procDur.Seconds(), 0),
-		"acked_per_s":            round(float64(n)/procDur.Seconds(), 0),
-		"redis_cmds_per_task":    round(float64(cmds)/float64(n), 2),
-		"worker_cpu_us_per_task": round(float64(wcpu.Microseconds())/float64(n), 1),
-		"succeeded":              st["succeeded"],
-		"lost":                   n - st["succeeded"],
-		"duplicates":             0,
+	r := throughputResult{
+		N: n, Workers: o.workers, Concurrency: o.concurrency,
+		EnqueueS: round(enqDur.Seconds(), 4), EnqueuePerS: round(float64(n)/enqDur.Seconds(), 0),
+		ProcessS: round(procDur.Seconds(), 4), ProcessPerS: round(float64(n)/procDur.Seconds(), 0),
+		AckedPerS:          round(float64(n)/procDur.Seconds(), 0),
+		RedisCmdsPerTask:   round(float64(cmds)/float64(n), 2),
+		WorkerCPUUsPerTask: round(float64(wcpu.Microseconds())/float64(n), 1),
+		Succeeded:          st["succeeded"],
+		Lost:               n - st["succeeded"],
+		Duplicates:         0,
 	}
 	if first != math.MaxFloat64 {
-		r["exec_to_first_task_ms"] = round(first, 1) // from the exec (the peer's first_task_ms starts in-process)
+		r.ExecToFirstTaskMS = some(round(first, 1))
 	}
 	if e.redisPID > 0 {
-		r["redis_cpu_us_per_task"] = round(float64(rcpu.Microseconds())/float64(n), 1)
+		r.RedisCPUUsPerTask = some(round(float64(rcpu.Microseconds())/float64(n), 1))
 	}
 	if st["succeeded"] != n {
 		return r, fmt.Errorf("%d of %d tasks succeeded: %v", st["succeeded"], n, st)
