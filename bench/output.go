@@ -128,7 +128,7 @@ func printTable(mode string, bySystem map[string][]result, systems []string) {
 	}
 }
 
-// values is figure name of every run that measured it.
+// values returns the figure name of every run in rs that measured it.
 func values(rs []result, name string) []float64 {
 	var xs []float64
 	for _, r := range rs {
