@@ -348,7 +348,7 @@ func count(evs []event, typ, id, worker string) int {
 }
 
 // livenessOf computes a worker's liveness as every observer does (heartbeat age).
-func (s *scenario) livenessOf(id string) string {
+func (s *scenario) livenessOf(id string) liveness.Liveness {
 	s.t.Helper()
 	ws, err := liveness.List(context.Background(), s.rdb, s.ks, time.Now())
 	if err != nil {
