@@ -517,7 +517,7 @@ func runDrain(ctx context.Context, e *benchEnv, o options) (result, error) {
 		"sigterm_idle_exit_ms": idle, "sigterm_busy_exit_ms": busy, "sigkill_recovery_ms": recovery}, nil
 }
 
-func waitStatus(ctx context.Context, c *client.Client, ids []string, status string, limit time.Duration) error {
+func waitStatus(ctx context.Context, c *client.Client, ids []string, status client.Status, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for _, id := range ids {
 		for {

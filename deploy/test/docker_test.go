@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -309,7 +308,7 @@ func (s *scenario) waitTasks(d time.Duration, ids []string, what string, cond fu
 }
 
 func terminal(ti client.TaskInfo) bool {
-	return slices.Contains([]string{"succeeded", "dead", "cancelled"}, ti.Status)
+	return ti.Status.Finished()
 }
 
 // event is one entry of the events stream.
