@@ -168,8 +168,8 @@ type Result struct {
 	ID      string
 	Created bool
 	// HolderStatus: when Created is false, the status of the task holding the unique key
-	// ("dead" or "cancelled": pass ReuseUnique to replace it).
-	HolderStatus string
+	// (StatusDead or StatusCancelled: pass ReuseUnique to replace it).
+	HolderStatus Status
 	Err          error
 }
 
@@ -227,7 +227,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ts []Task) ([]Result, error) {
 					out[i].Err = err
 					continue
 				}
-				out[i] = Result{ID: rs[j].ID, Created: rs[j].Created, HolderStatus: rs[j].HolderStatus, Err: rs[j].Err}
+				out[i] = Result{ID: rs[j].ID, Created: rs[j].Created, HolderStatus: Status(rs[j].HolderStatus), Err: rs[j].Err}
 			}
 		}
 		bs = again
@@ -342,7 +342,7 @@ func (c *Client) Dead(ctx context.Context, queue string, limit int) ([]TaskInfo,
 	for i, id := range ids {
 		ti := DecodeTask(cmds[i].Val())
 		if ti.ID == "" {
-			ti.ID, ti.Queue, ti.Status = id, queue, "dead"
+			ti.ID, ti.Queue, ti.Status = id, queue, StatusDead
 		}
 		out = append(out, ti)
 	}
@@ -357,13 +357,17 @@ func (c *Client) Requeue(ctx context.Context, queue, id string) error {
 	return lua.Requeue(ctx, c.rdb, c.ks.Queue(queue), id, c.now().UnixMilli())
 }
 
-// Worker is one worker's heartbeat record, with its liveness computed from the
-// heartbeat's age alone (live, stale or stopped).
-type Worker = liveness.Worker
-
 // Workers lists workers with their liveness computed from heartbeat age.
 func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
-	return liveness.List(ctx, c.rdb, c.ks, c.now())
+	ws, err := liveness.List(ctx, c.rdb, c.ks, c.now())
+	if ws == nil {
+		return nil, err
+	}
+	out := make([]Worker, len(ws))
+	for i, w := range ws {
+		out[i] = workerOf(w)
+	}
+	return out, err
 }
 
 // NewID returns a task id: 10 characters of millisecond time then 16 random ones
@@ -389,7 +393,7 @@ type TaskInfo struct {
 	ID         string `json:"id"`
 	Queue      string `json:"queue"`
 	Function   string `json:"function"`
-	Status     string `json:"status"`
+	Status     Status `json:"status"`
 	Attempt    int64  `json:"attempt"`
 	Priority   int    `json:"priority"`
 	Failures   int64  `json:"failures"`
@@ -418,7 +422,7 @@ func DecodeTask(h map[string]string) TaskInfo {
 		return v
 	}
 	return TaskInfo{
-		ID: h["id"], Queue: h["queue"], Function: h["function"], Status: h["status"],
+		ID: h["id"], Queue: h["queue"], Function: h["function"], Status: Status(h["status"]),
 		Attempt: n("attempt"), Priority: int(n("priority")), Failures: n("failures"),
 		MaxRetries: n("max_retries"), Error: h["error"], Result: h["result"], Payload: h["payload"],
 		Worker: h["worker"], Unique: h["unique"], Raw: h["raw"],

@@ -17,7 +17,7 @@ func FuzzDecodeTask(f *testing.F) {
 		h := map[string]string{"status": status, "attempt": attempt, "priority": priority, "failures": failures,
 			"max_retries": maxRetries, "created_at": created, "payload": payload, "raw": raw}
 		ti := client.DecodeTask(h)
-		if ti.Status != status || ti.Payload != payload || ti.Raw != raw {
+		if string(ti.Status) != status || ti.Payload != payload || ti.Raw != raw {
 			t.Fatalf("text fields changed: %+v", ti)
 		}
 		for name, c := range map[string]struct {

@@ -81,7 +81,7 @@ func (c *Client) Queues(ctx context.Context) ([]string, error) {
 }
 
 // WaitFor polls a task until it reaches one of the statuses (or ctx ends) and returns it.
-func (c *Client) WaitFor(ctx context.Context, queue, id string, every time.Duration, statuses ...string) (*TaskInfo, error) {
+func (c *Client) WaitFor(ctx context.Context, queue, id string, every time.Duration, statuses ...Status) (*TaskInfo, error) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

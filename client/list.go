@@ -15,17 +15,18 @@ import (
 	"github.com/dtq/dtq/internal/queuestat"
 )
 
-// The states List reads, each from where the task lives in that state.
+// The states List reads, each from where the task lives in that state: the task
+// statuses that have a structure to list them from.
 const (
-	StateQueued    = "queued"    // band stream entries not yet delivered to a worker
-	StateRunning   = "running"   // band stream entries delivered and not finished (the PEL)
-	StateScheduled = "scheduled" // the schedule zset, retries excepted
-	StateRetrying  = "retrying"  // the schedule zset, retries only
-	StateDead      = "dead"      // the dead zset
+	StateQueued    = StatusQueued    // band stream entries not yet delivered to a worker
+	StateRunning   = StatusRunning   // band stream entries delivered and not finished (the PEL)
+	StateScheduled = StatusScheduled // the schedule zset, retries excepted
+	StateRetrying  = StatusRetrying  // the schedule zset, retries only
+	StateDead      = StatusDead      // the dead zset
 )
 
 // ListStates are the states List accepts.
-var ListStates = []string{StateQueued, StateRunning, StateScheduled, StateRetrying, StateDead}
+var ListStates = []Status{StateQueued, StateRunning, StateScheduled, StateRetrying, StateDead}
 
 // Listing limits.
 const (
@@ -47,7 +48,7 @@ func ValidID(id string) error {
 
 // ListOptions say what List reads.
 type ListOptions struct {
-	State string // one of ListStates
+	State Status // one of ListStates
 	// Band restricts queued and running to one priority band; -1 reads every band,
 	// 9 first. The zset states ignore it.
 	Band   int
@@ -60,7 +61,7 @@ type ListOptions struct {
 type ListItem struct {
 	ID         string `json:"id"`
 	Priority   int    `json:"priority"`
-	Status     string `json:"status"` // from the record: may differ from the state listed, since the task moved on
+	Status     Status `json:"status"` // from the record: may differ from the state listed, since the task moved on
 	Function   string `json:"function"`
 	Attempt    int64  `json:"attempt"`
 	Failures   int64  `json:"failures"`
@@ -108,21 +109,25 @@ func (c *Client) List(ctx context.Context, queue string, o ListOptions) (*Page, 
 	case StateDead:
 		return c.listZSet(ctx, q, q.Dead(), o)
 	}
-	return nil, fmt.Errorf("%w: state %q must be one of %s", ErrInvalid, o.State, strings.Join(ListStates, ", "))
+	names := make([]string, len(ListStates))
+	for i, st := range ListStates {
+		names[i] = string(st)
+	}
+	return nil, fmt.Errorf("%w: state %q must be one of %s", ErrInvalid, o.State, strings.Join(names, ", "))
 }
 
 // Cursors are opaque to callers: base64 of "state|band|position".
-func encodeCursor(state string, band int, pos string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(state + "|" + strconv.Itoa(band) + "|" + pos))
+func encodeCursor(state Status, band int, pos string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(string(state) + "|" + strconv.Itoa(band) + "|" + pos))
 }
 
-func decodeCursor(cur, state string, band int) (string, error) {
+func decodeCursor(cur string, state Status, band int) (string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(cur)
 	if err != nil {
 		return "", ErrBadCursor
 	}
 	st, rest, ok := strings.Cut(string(b), "|")
-	if !ok || st != state {
+	if !ok || st != string(state) {
 		return "", fmt.Errorf("%w: not a cursor of state %s", ErrBadCursor, state)
 	}
 	bs, pos, ok := strings.Cut(rest, "|")
@@ -480,7 +485,7 @@ func (c *Client) summarise(ctx context.Context, q keys.Queue, items []ListItem) 
 			continue
 		}
 		it := &items[i]
-		it.Status, it.Function, it.Attempt, it.Failures, it.Error = str(v[0]), str(v[1]), num(v[2]), num(v[3]), str(v[4])
+		it.Status, it.Function, it.Attempt, it.Failures, it.Error = Status(str(v[0])), str(v[1]), num(v[2]), num(v[3]), str(v[4])
 		if it.EntryID == "" {
 			it.Priority = int(num(v[5]))
 		}

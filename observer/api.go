@@ -172,12 +172,12 @@ func (s *Server) tasks(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	o := client.ListOptions{State: c.QueryParam("state"), Band: -1, Cursor: c.QueryParam("cursor")}
+	o := client.ListOptions{State: client.Status(c.QueryParam("state")), Band: -1, Cursor: c.QueryParam("cursor")}
 	if o.State == "" {
 		o.State = client.StateQueued
 	}
 	if !slices.Contains(client.ListStates, o.State) {
-		if o.State == "succeeded" || o.State == "cancelled" {
+		if o.State == client.StatusSucceeded || o.State == client.StatusCancelled {
 			return fail(http.StatusBadRequest, "bad_state", "state: %q cannot be listed yet (finished records are not indexed); one of queued, running, scheduled, retrying, dead", o.State)
 		}
 		return fail(http.StatusBadRequest, "bad_state", "state: %q must be one of queued, running, scheduled, retrying, dead", o.State)
@@ -299,15 +299,15 @@ func (s *Server) setPaused(c echo.Context, paused bool) error {
 }
 
 func (s *Server) cancel(c echo.Context) error {
-	return s.taskAction(c, s.c.Cancel, "task cancelled", "cancelled")
+	return s.taskAction(c, s.c.Cancel, "task cancelled", client.StatusCancelled)
 }
 
 func (s *Server) requeue(c echo.Context) error {
-	return s.taskAction(c, s.c.Requeue, "dead task requeued", "queued")
+	return s.taskAction(c, s.c.Requeue, "dead task requeued", client.StatusQueued)
 }
 
 // taskAction runs act on the task named in the path and answers with its new status.
-func (s *Server) taskAction(c echo.Context, act func(ctx context.Context, queue, id string) error, what, status string) error {
+func (s *Server) taskAction(c echo.Context, act func(ctx context.Context, queue, id string) error, what string, status client.Status) error {
 	q, err := s.queueParam(c)
 	if err != nil {
 		return err

@@ -226,12 +226,12 @@ func TestWorkersLivenessFromHeartbeatAge(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	eventually(t, "the worker live", func() bool {
 		wk := workerByID(t, e.get("/api/v1/workers"), w.ID())
-		return wk != nil && wk["liveness"] == liveness.Live
+		return wk != nil && wk["liveness"] == string(liveness.Live)
 	})
 	cancel()
 	<-done
 	m := e.get("/api/v1/workers")
-	if wk := workerByID(t, m, w.ID()); wk == nil || wk["liveness"] != liveness.Gone || wk["status"] != liveness.Stopped {
+	if wk := workerByID(t, m, w.ID()); wk == nil || wk["liveness"] != string(liveness.Gone) || wk["status"] != string(liveness.Stopped) {
 		t.Fatalf("stopped worker: %v", wk)
 	}
 	if m["stopped"] != 1.0 {
@@ -242,14 +242,14 @@ func TestWorkersLivenessFromHeartbeatAge(t *testing.T) {
 	// id whose record expired. Neither is judged by the record's existence.
 	old := time.Now().Add(-time.Hour).UnixMilli()
 	e.rdb.SAdd(context.Background(), e.ks.Workers(), "old", "gone")
-	e.rdb.HSet(context.Background(), e.ks.Worker("old"), liveness.FieldWorkerID, "old", liveness.FieldStatus, liveness.Ready,
+	e.rdb.HSet(context.Background(), e.ks.Worker("old"), liveness.FieldWorkerID, "old", liveness.FieldStatus, string(liveness.Ready),
 		liveness.FieldLastHeartbeat, old, liveness.FieldIntervalMS, 5000, liveness.FieldHostname, "h1", liveness.FieldActiveTasks, 3)
 	m = e.get("/api/v1/workers")
 	stale := workerByID(t, m, "old")
-	if stale == nil || stale["liveness"] != liveness.Stale || stale["hostname"] != "h1" || stale["active_tasks"] != 3.0 || stale["heartbeat_age_s"].(float64) < 3599 {
+	if stale == nil || stale["liveness"] != string(liveness.Stale) || stale["hostname"] != "h1" || stale["active_tasks"] != 3.0 || stale["heartbeat_age_s"].(float64) < 3599 {
 		t.Fatalf("old heartbeat: %v", stale)
 	}
-	if g := workerByID(t, m, "gone"); g == nil || g["liveness"] != liveness.Stale {
+	if g := workerByID(t, m, "gone"); g == nil || g["liveness"] != string(liveness.Stale) {
 		t.Fatalf("expired record: %v", g)
 	}
 	if m["stale"] != 2.0 || m["stopped"] != 1.0 || m["live"] != 0.0 {

@@ -468,7 +468,7 @@ func (w *Worker) finalHeartbeat() {
 	w.state.Store(stateStopped)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := w.writeHeartbeat(ctx, liveness.Stopped); err != nil {
+	if err := w.writeHeartbeat(ctx, string(liveness.Stopped)); err != nil {
 		w.log.Warn("heartbeat: final write failed", "err", err)
 	}
 }

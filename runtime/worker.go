@@ -460,18 +460,19 @@ func hostname() string {
 	return h
 }
 
+// status is the heartbeat's self-reported status, as the string Redis is sent.
 func (w *Worker) status() string {
 	switch w.state.Load() {
 	case stateStarting:
-		return liveness.Starting
+		return string(liveness.Starting)
 	case stateRunning:
 		if w.inflight.Load() > 0 {
-			return liveness.Busy
+			return string(liveness.Busy)
 		}
-		return liveness.Ready
+		return string(liveness.Ready)
 	case stateDraining:
-		return liveness.Draining
+		return string(liveness.Draining)
 	default:
-		return liveness.Stopped
+		return string(liveness.Stopped)
 	}
 }

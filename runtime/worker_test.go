@@ -440,7 +440,7 @@ func TestMaxTasksThenExit(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("the worker did not stop by itself")
 	}
-	counts := map[string]int{}
+	counts := map[client.Status]int{}
 	for _, id := range ids {
 		counts[e.task(t, id).Status]++
 	}

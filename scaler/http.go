@@ -138,12 +138,12 @@ func (qc queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDue, prometheus.GaugeValue, float64(st.DueNow), st.Queue)
 		ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(st.Dead), st.Queue)
 	}
-	counts := map[string]float64{liveness.Live: 0, liveness.Stale: 0, liveness.Gone: 0}
+	counts := map[liveness.Liveness]float64{liveness.Live: 0, liveness.Stale: 0, liveness.Gone: 0}
 	for _, w := range workers {
 		counts[w.Liveness]++
 	}
 	for l, n := range counts {
-		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, n, l)
+		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, n, string(l))
 	}
 }
 

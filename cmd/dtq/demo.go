@@ -144,8 +144,8 @@ func runDemo(args []string) int {
 	// Find who runs the long task and SIGKILL it.
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	ti, err := c.WaitFor(wctx, "default", long, 2*time.Millisecond, "running", "succeeded")
-	if err != nil || ti.Status != "running" {
+	ti, err := c.WaitFor(wctx, "default", long, 2*time.Millisecond, client.StatusRunning, client.StatusSucceeded)
+	if err != nil || ti.Status != client.StatusRunning {
 		return fail("demo", fmt.Errorf("the long task never ran: %v", err))
 	}
 	victim := ti.Worker
@@ -169,7 +169,7 @@ func runDemo(args []string) int {
 				return fail("demo", err)
 			}
 			final = append(final, ti)
-			if ti.Status != "succeeded" && ti.Status != "dead" && ti.Status != "cancelled" {
+			if !ti.Status.Finished() {
 				done = false
 			}
 		}
@@ -182,7 +182,7 @@ func runDemo(args []string) int {
 		time.Sleep(50 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	counts := map[string]int{}
+	counts := map[client.Status]int{}
 	retried, byWorker := 0, map[string]int{}
 	for _, t := range final {
 		counts[t.Status]++
@@ -197,10 +197,10 @@ func runDemo(args []string) int {
 	say("")
 	say("summary")
 	say("  tasks       %d in %s", len(final), elapsed.Round(time.Millisecond))
-	say("  succeeded   %d", counts["succeeded"])
-	say("  dead        %d   (fail with times > max retries, kept with their last error)", counts["dead"])
+	say("  succeeded   %d", counts[client.StatusSucceeded])
+	say("  dead        %d   (fail with times > max retries, kept with their last error)", counts[client.StatusDead])
 	say("  retried     %d   (tasks that failed at least once)", retried)
-	say("  lost        %d", len(all)-counts["succeeded"]-counts["dead"]-counts["cancelled"])
+	say("  lost        %d", len(all)-counts[client.StatusSucceeded]-counts[client.StatusDead]-counts[client.StatusCancelled])
 	for _, id := range order {
 		note := ""
 		if id == victim {
@@ -208,7 +208,7 @@ func runDemo(args []string) int {
 		}
 		say("  %-14s ran %d%s", id, byWorker[id], note)
 	}
-	if counts["succeeded"]+counts["dead"] != len(all) || lt.Status != "succeeded" || lt.Worker == victim {
+	if counts[client.StatusSucceeded]+counts[client.StatusDead] != len(all) || lt.Status != client.StatusSucceeded || lt.Worker == victim {
 		return fail("demo", errors.New("the run did not end as expected"))
 	}
 	for _, q := range []string{"default", "emails"} {

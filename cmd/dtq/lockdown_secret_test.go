@@ -241,7 +241,7 @@ func TestLockedDownTLSAndACL(t *testing.T) {
 		}
 		return true
 	})
-	for id, want := range map[string]string{long: "succeeded", failOnce: "succeeded", deadID: "dead", cancelID: "cancelled", echoID: "succeeded"} {
+	for id, want := range map[string]client.Status{long: client.StatusSucceeded, failOnce: client.StatusSucceeded, deadID: client.StatusDead, cancelID: client.StatusCancelled, echoID: client.StatusSucceeded} {
 		if ti, _ := terminal(id); ti.Status != want {
 			t.Fatalf("task %s: %q, want %q", id, ti.Status, want)
 		}

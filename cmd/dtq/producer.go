@@ -156,7 +156,7 @@ func runEnqueue(args []string) int {
 		fmt.Println(rs[0].ID)
 		if !rs[0].Created {
 			hint := ""
-			if rs[0].HolderStatus == "dead" || rs[0].HolderStatus == "cancelled" {
+			if rs[0].HolderStatus == client.StatusDead || rs[0].HolderStatus == client.StatusCancelled {
 				hint = " (--unique-reuse passes the key of a dead or cancelled task to a new one)"
 			}
 			fmt.Fprintf(os.Stderr, "dtq enqueue: unique key %q is taken by task %s (%s); nothing created%s\n", *unique, rs[0].ID, rs[0].HolderStatus, hint)

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -309,7 +308,7 @@ func (s *scenario) waitTasks(d time.Duration, ids []string, what string, cond fu
 }
 
 func terminal(ti client.TaskInfo) bool {
-	return slices.Contains([]string{"succeeded", "dead", "cancelled"}, ti.Status)
+	return ti.Status.Finished()
 }
 
 // event is one entry of the events stream.
@@ -348,7 +347,7 @@ func count(evs []event, typ, id, worker string) int {
 }
 
 // livenessOf computes a worker's liveness as every observer does (heartbeat age).
-func (s *scenario) livenessOf(id string) string {
+func (s *scenario) livenessOf(id string) liveness.Liveness {
 	s.t.Helper()
 	ws, err := liveness.List(context.Background(), s.rdb, s.ks, time.Now())
 	if err != nil {

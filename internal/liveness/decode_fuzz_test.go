@@ -25,7 +25,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		h := map[string]string{"status": status, "last_heartbeat": last, "heartbeat_interval_ms": interval, "active_tasks": active}
 		w := liveness.Decode("w1", h, time.UnixMilli(now))
-		if w.ID != "w1" || w.Status != status {
+		if w.ID != "w1" || string(w.Status) != status {
 			t.Fatalf("decoded %+v", w)
 		}
 		lastMS, lerr := strconv.ParseInt(last, 10, 64)
@@ -33,13 +33,13 @@ func FuzzDecode(f *testing.F) {
 		if ierr != nil || iv <= 0 {
 			iv = liveness.DefaultIntervalMS
 		}
-		var want string
+		var want liveness.Liveness
 		switch {
 		case lerr != nil || lastMS <= 0:
 			want = liveness.Stale
 		case float64(now-lastMS) > 3*float64(min(iv, 366*24*3600*1000)):
 			want = liveness.Stale
-		case status == liveness.Stopped:
+		case liveness.Status(status) == liveness.Stopped:
 			want = liveness.Gone
 		default:
 			want = liveness.Live

@@ -34,29 +34,37 @@ const (
 	maxIntervalMS      = 366 * 24 * 3600 * 1000
 )
 
+// Status is what a worker says of itself in its heartbeat's status field. Redis clients
+// take plain strings only (go-redis refuses a named string type): write string(s).
+type Status string
+
 // Self-reported statuses.
 const (
-	Starting = "starting"
-	Ready    = "ready"
-	Busy     = "busy"
-	Draining = "draining"
-	Stopped  = "stopped"
+	Starting Status = "starting"
+	Ready    Status = "ready" // running, nothing in flight
+	Busy     Status = "busy"  // running, something in flight
+	Draining Status = "draining"
+	Stopped  Status = "stopped"
 )
+
+// Liveness is what an observer judges of a worker from its heartbeat (Judge); a
+// worker never writes it.
+type Liveness string
 
 // Liveness as an observer computes it.
 const (
-	Live  = "live"
-	Stale = "stale"
+	Live  Liveness = "live"
+	Stale Liveness = "stale"
 	// Gone: the worker reported stopped (a clean exit); its record lingers until expiry.
-	Gone = "stopped"
+	Gone Liveness = "stopped"
 )
 
 // Worker is a heartbeat record with its computed liveness.
 type Worker struct {
 	ID            string    `json:"worker_id"`
 	Hostname      string    `json:"hostname"`
-	Status        string    `json:"status"`
-	Liveness      string    `json:"liveness"`
+	Status        Status    `json:"status"`
+	Liveness      Liveness  `json:"liveness"`
 	StartedAt     time.Time `json:"started_at"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 	Age           float64   `json:"heartbeat_age_s"`
@@ -71,7 +79,7 @@ type Worker struct {
 
 // Decode turns a heartbeat hash into a Worker judged at now.
 func Decode(id string, h map[string]string, now time.Time) Worker {
-	w := Worker{ID: id, Hostname: h[FieldHostname], Status: h[FieldStatus], Queues: h[FieldQueues]}
+	w := Worker{ID: id, Hostname: h[FieldHostname], Status: Status(h[FieldStatus]), Queues: h[FieldQueues]}
 	if v := h[FieldWorkerID]; v != "" {
 		w.ID = v
 	}
@@ -91,7 +99,7 @@ func Decode(id string, h map[string]string, now time.Time) Worker {
 }
 
 // Judge computes liveness from the heartbeat age alone (and a clean stop).
-func Judge(status string, last time.Time, intervalMS int64, now time.Time) string {
+func Judge(status Status, last time.Time, intervalMS int64, now time.Time) Liveness {
 	if intervalMS <= 0 {
 		intervalMS = DefaultIntervalMS
 	}

@@ -17,7 +17,7 @@ func TestPruneDropsExpiredWorkers(t *testing.T) {
 	ctx := context.Background()
 	ks := keys.New(redistest.Prefix(t))
 	c.SAdd(ctx, ks.Workers(), "alive", "gone")
-	c.HSet(ctx, ks.Worker("alive"), FieldStatus, Ready)
+	c.HSet(ctx, ks.Worker("alive"), FieldStatus, string(Ready))
 	n, err := Prune(ctx, c, ks)
 	if err != nil || n != 1 {
 		t.Fatalf("Prune = %d, %v; want 1", n, err)
