@@ -68,7 +68,7 @@ func runDrain(ctx context.Context, e *benchEnv, o options) (drainResult, error) 
 			}
 			ids = append(ids, id)
 		}
-		if err := waitStatus(ctx, c, ids, "running", 10*time.Second); err != nil {
+		if err := waitStatus(ctx, c, ids, client.StatusRunning, 10*time.Second); err != nil {
 			return drainResult{}, err
 		}
 		t0 = time.Now()
@@ -94,7 +94,7 @@ func runDrain(ctx context.Context, e *benchEnv, o options) (drainResult, error) 
 		if err != nil {
 			return drainResult{}, err
 		}
-		if err := waitStatus(ctx, c, []string{id}, "running", 10*time.Second); err != nil {
+		if err := waitStatus(ctx, c, []string{id}, client.StatusRunning, 10*time.Second); err != nil {
 			return drainResult{}, err
 		}
 		peer, err := e.startWorker(prefix, vt...)
@@ -106,7 +106,7 @@ func runDrain(ctx context.Context, e *benchEnv, o options) (drainResult, error) 
 		}
 		t0 = time.Now()
 		victim.kill()
-		if err := waitStatus(ctx, c, []string{id}, "succeeded", 30*time.Second); err != nil {
+		if err := waitStatus(ctx, c, []string{id}, client.StatusSucceeded, 30*time.Second); err != nil {
 			return drainResult{}, err
 		}
 		recovery = append(recovery, float64(time.Since(t0).Microseconds())/1000)

@@ -116,7 +116,7 @@ func waitDrained(ctx context.Context, e *benchEnv, prefix string, total int64, l
 }
 
 // waitStatus polls each task of ids until its status is status, for at most limit in all.
-func waitStatus(ctx context.Context, c *client.Client, ids []string, status string, limit time.Duration) error {
+func waitStatus(ctx context.Context, c *client.Client, ids []string, status client.Status, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for _, id := range ids {
 		for {
