@@ -80,7 +80,7 @@ func runScripts(ctx context.Context, e *benchEnv, o options) (result, error) {
 	var held [][]lua.Completion
 	if err := phase("claim", func() error {
 		for got := 0; got < n; {
-			res, err := lua.Claim(ctx, e.rdb, q, lua.ClaimArgs{Consumer: "scripts", NowMS: time.Now().UnixMilli(), Want: 32, MaxPayload: 1 << 20})
+			res, err := lua.Claim.Run(ctx, e.rdb, lua.ClaimArgs{Queue: q, Consumer: "scripts", NowMS: time.Now().UnixMilli(), Want: 32, MaxPayload: 1 << 20})
 			if err != nil {
 				return err
 			}
@@ -97,12 +97,12 @@ func runScripts(ctx context.Context, e *benchEnv, o options) (result, error) {
 	}
 	if err := phase("complete", func() error {
 		for _, items := range held {
-			applied, err := lua.Complete(ctx, e.rdb, q, time.Now().UnixMilli(), 86400000, items)
+			applied, err := lua.Complete.Run(ctx, e.rdb, lua.CompleteArgs{Queue: q, NowMS: time.Now().UnixMilli(), KeepMS: 86400000, Items: items})
 			if err != nil {
 				return err
 			}
-			for i, ok := range applied {
-				if !ok {
+			for i, code := range applied {
+				if code != lua.CompleteApplied {
 					return fmt.Errorf("completion of %s fenced off", items[i].ID)
 				}
 			}

@@ -1,0 +1,4 @@
+-- prelude.lua: rules several scripts share, written once. Each script that needs them
+-- is this file followed by its own body (lua/script.go joins them when the package is
+-- built): Redis sees, caches and runs one script. Only local definitions go here, and
+-- only cheap ones: every call of a script runs them anew.
