@@ -37,7 +37,7 @@ type Left struct {
 func leaveKV(a LeaveArgs) ([]string, []any, error) {
 	q := a.Queue
 	return []string{q.Waiting(), q.Inbox(a.Consumer), q.Left(a.Consumer), q.Handed()},
-		[]any{keys.Group, a.Consumer, WaitingMember(a.MaxPayload, a.Consumer), a.Tag}, nil
+		[]any{keys.Group, a.Consumer, WaitingMember(a.MaxPayload, a.Consumer), a.Tag, LeftTTL.Milliseconds()}, nil
 }
 
 func decodeLeave(a LeaveArgs, cmd *redis.Cmd) ([]Left, error) {

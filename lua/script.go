@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -114,10 +116,25 @@ func IsNoScript(err error) bool {
 	return redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-// withPrelude joins the shared prelude to a script's body: Redis sees one script. The
-// body's header (KEYS, ARGV, reply) stays at the top of its own file.
+// withPrelude joins to a script's body the definitions of the shared prelude
+// (prelude.lua) that it calls: Redis sees one script. Every call of a script runs its
+// definitions anew, so a script gets only those it uses. The body's header (KEYS, ARGV,
+// reply) stays at the top of its own file.
 func withPrelude(body string) string {
-	return prelude + "\n" + body
+	var b strings.Builder
+	for _, block := range strings.Split(prelude, "\n\n") {
+		_, rest, ok := strings.Cut("\n"+block, "\nlocal function ")
+		if !ok {
+			continue // the file's own comment
+		}
+		name, _, _ := strings.Cut(rest, "(")
+		if strings.Contains(body, name+"(") {
+			b.WriteString(block)
+			b.WriteString("\n")
+		}
+	}
+	b.WriteString(body)
+	return b.String()
 }
 
 // Errors a script's return codes map to.
@@ -125,6 +142,19 @@ var (
 	ErrTaskExists  = errors.New("a task with this id exists already")
 	ErrNotFound    = errors.New("no such task")
 	ErrWrongStatus = errors.New("task is not in a state that allows this")
+)
+
+// Lifetimes of keys the scripts write, passed to them as arguments: written here only.
+const (
+	// ReceiptTTL: a claim's receipt (claim.lua), which answers the same call resent after
+	// its reply was lost.
+	ReceiptTTL = time.Minute
+	// InboxTTL: how long a worker's inbox outlives its last registration for a hand-off
+	// (claim.lua); the worker renews it as it blocks on it.
+	InboxTTL = 10 * time.Minute
+	// LeftTTL: how long a leaving process's marker keeps its claims still in flight from
+	// registering it again (leave.lua).
+	LeftTTL = time.Minute
 )
 
 // None is the reply of a script whose outcome is its error alone.

@@ -440,7 +440,7 @@ func (w *Worker) ensureGroups(ctx context.Context) error {
 			}
 			// the inbox lapsed (its worker was busy for ten minutes): as the claim makes it
 			p.XGroupCreateMkStream(ctx, q.Inbox(w.id), keys.Group, "0")
-			p.PExpire(ctx, q.Inbox(w.id), 10*time.Minute)
+			p.PExpire(ctx, q.Inbox(w.id), lua.InboxTTL)
 		}
 		return nil
 	})
