@@ -2,6 +2,7 @@ package lua_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -121,7 +122,7 @@ func TestEnqueueUniqueAndDuplicateID(t *testing.T) {
 		t.Fatalf("xlen = %d, want 1", n)
 	}
 	_, _, err = f.enqueueOne(lua.NewTask{ID: "one", Function: "noop"})
-	if err == nil || !strings.Contains(err.Error(), lua.ErrTaskExists.Error()) {
+	if !errors.Is(err, lua.ErrTaskExists) {
 		t.Fatalf("enqueue with a taken id: err = %v, want ErrTaskExists", err)
 	}
 }

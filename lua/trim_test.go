@@ -316,7 +316,7 @@ func TestTrimDeadRunsOutOfMemory(t *testing.T) {
 	if err := f.rdb.ConfigSet(f.ctx, "maxmemory", fmt.Sprint(mem-(256<<10))).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := f.enqueueOne(lua.NewTask{ID: "new", Function: "noop"}); err == nil || !strings.Contains(err.Error(), "OOM") {
+	if _, _, err := f.enqueueOne(lua.NewTask{ID: "new", Function: "noop"}); !redis.HasErrorPrefix(err, "OOM") {
 		t.Fatalf("enqueue at maxmemory: %v, want OOM", err)
 	}
 	if r := f.trim(t, lua.TrimDeadArgs{Max: 10, Limit: 100}); r.Trimmed != 30 {
