@@ -1,3 +1,7 @@
+// Package lua holds every Redis script dtq runs, one .lua file each, embedded at
+// build time, with one typed Go wrapper per script in the .go file beside it. Each .lua
+// file's header lists its KEYS, ARGV and return value. The rules several scripts share
+// are written once in prelude.lua and joined to the scripts that call them.
 package lua
 
 import (
