@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/lua"
@@ -62,17 +61,17 @@ func runCeiling(ctx context.Context, e *benchEnv, o options) (ceilingResult, err
 			var prev []lua.Completion
 			for {
 				p := e.rdb.Pipeline()
-				var done *redis.Cmd
+				var done *lua.Pending[[]lua.CompleteCode]
 				if len(prev) > 0 {
-					done = lua.CompleteCmd(ctx, p, q, time.Now().UnixMilli(), 86400000, prev)
+					done = lua.Complete.Queue(ctx, p, lua.CompleteArgs{Queue: q, NowMS: time.Now().UnixMilli(), KeepMS: 86400000, Items: prev})
 				}
-				claim := lua.ClaimCmd(ctx, p, q, lua.ClaimArgs{Consumer: consumer, NowMS: time.Now().UnixMilli(), Want: 32, MaxPayload: 1 << 20})
+				claim := lua.Claim.Queue(ctx, p, lua.ClaimArgs{Queue: q, Consumer: consumer, NowMS: time.Now().UnixMilli(), Want: 32, MaxPayload: 1 << 20})
 				_, _ = p.Exec(ctx)
 				var err error
 				if done != nil {
-					_, err = lua.CompleteReply(done)
+					_, err = done.Result()
 				}
-				r, cerr := lua.ClaimReply(claim)
+				r, cerr := claim.Result()
 				if err == nil {
 					err = cerr
 				}

@@ -149,7 +149,7 @@ func floorReader(ctx context.Context, prefix string, w io.Writer) error {
 	}
 	var recv []lua.Received
 	for {
-		r, err := lua.Claim(ctx, rdb, q, lua.ClaimArgs{Consumer: "floor", NowMS: time.Now().UnixMilli(), Want: 1,
+		r, err := lua.Claim.Run(ctx, rdb, lua.ClaimArgs{Queue: q, Consumer: "floor", NowMS: time.Now().UnixMilli(), Want: 1,
 			MaxPayload: 1 << 20, RegisterUntilMS: time.Now().Add(11 * time.Second).UnixMilli(), Received: recv})
 		if err != nil {
 			return err
@@ -180,7 +180,7 @@ func floorReader(ctx context.Context, prefix string, w io.Writer) error {
 				}
 			}
 			if len(d) > 0 {
-				r, err := lua.Claim(ctx, rdb, q, lua.ClaimArgs{Consumer: "floor", NowMS: time.Now().UnixMilli(), Want: 1,
+				r, err := lua.Claim.Run(ctx, rdb, lua.ClaimArgs{Queue: q, Consumer: "floor", NowMS: time.Now().UnixMilli(), Want: 1,
 					MaxPayload: 1 << 20, Delivered: d, Received: recv})
 				if err != nil {
 					return err
@@ -196,7 +196,7 @@ func floorReader(ctx context.Context, prefix string, w io.Writer) error {
 		if _, err := fmt.Fprintln(w, at); err != nil {
 			return err
 		}
-		if _, err := lua.Complete(ctx, rdb, q, time.Now().UnixMilli(), 86400000, succeeded(started)); err != nil {
+		if _, err := lua.Complete.Run(ctx, rdb, lua.CompleteArgs{Queue: q, NowMS: time.Now().UnixMilli(), KeepMS: 86400000, Items: succeeded(started)}); err != nil {
 			return err
 		}
 	}

@@ -102,7 +102,7 @@ func runScripts(ctx context.Context, e *benchEnv, o options) (scriptsResult, err
 	var held [][]lua.Completion
 	if err := phase("claim", &r.ClaimRedisUs, &r.ClaimRedisInstr, func() error {
 		for got := 0; got < n; {
-			res, err := lua.Claim(ctx, e.rdb, q, lua.ClaimArgs{Consumer: "scripts", NowMS: time.Now().UnixMilli(), Want: 32, MaxPayload: 1 << 20})
+			res, err := lua.Claim.Run(ctx, e.rdb, lua.ClaimArgs{Queue: q, Consumer: "scripts", NowMS: time.Now().UnixMilli(), Want: 32, MaxPayload: 1 << 20})
 			if err != nil {
 				return err
 			}
@@ -119,12 +119,12 @@ func runScripts(ctx context.Context, e *benchEnv, o options) (scriptsResult, err
 	}
 	if err := phase("complete", &r.CompleteRedisUs, &r.CompleteRedisInstr, func() error {
 		for _, items := range held {
-			applied, err := lua.Complete(ctx, e.rdb, q, time.Now().UnixMilli(), 86400000, items)
+			applied, err := lua.Complete.Run(ctx, e.rdb, lua.CompleteArgs{Queue: q, NowMS: time.Now().UnixMilli(), KeepMS: 86400000, Items: items})
 			if err != nil {
 				return err
 			}
-			for i, ok := range applied {
-				if !ok {
+			for i, code := range applied {
+				if code != lua.CompleteApplied {
 					return fmt.Errorf("completion of %s fenced off", items[i].ID)
 				}
 			}

@@ -131,7 +131,7 @@ func (c *Client) validate(t *Task) error {
 	return nil
 }
 
-func (c *Client) args(t *Task, now time.Time) lua.EnqueueArgs {
+func (c *Client) args(t *Task, now time.Time) lua.NewTask {
 	id := t.ID
 	if id == "" {
 		id = NewID(now)
@@ -146,8 +146,8 @@ func (c *Client) args(t *Task, now time.Time) lua.EnqueueArgs {
 	if t.MaxRetries != nil {
 		mr = *t.MaxRetries
 	}
-	return lua.EnqueueArgs{ID: id, Function: t.Function, Payload: t.Payload, Priority: t.Priority,
-		MaxRetries: mr, TimeoutMS: t.Timeout.Milliseconds(), NowMS: now.UnixMilli(), RunAtMS: runAt, Unique: t.Unique,
+	return lua.NewTask{ID: id, Function: t.Function, Payload: t.Payload, Priority: t.Priority,
+		MaxRetries: mr, TimeoutMS: t.Timeout.Milliseconds(), RunAtMS: runAt, Unique: t.Unique,
 		ReuseUnique: t.ReuseUnique}
 }
 
@@ -160,7 +160,13 @@ func (c *Client) Enqueue(ctx context.Context, t Task) (id string, created bool, 
 	if err := c.register(ctx, t.Queue); err != nil {
 		return "", false, err
 	}
-	return lua.Enqueue(ctx, c.rdb, c.ks.Queue(t.Queue), c.args(&t, c.now()))
+	now := c.now()
+	rs, err := lua.Enqueue.Run(ctx, c.rdb, lua.EnqueueArgs{Queue: c.ks.Queue(t.Queue), NowMS: now.UnixMilli(),
+		Tasks: []lua.NewTask{c.args(&t, now)}})
+	if err != nil {
+		return "", false, err
+	}
+	return rs[0].ID, rs[0].Created, rs[0].Err
 }
 
 // Result is the outcome of one task of an EnqueueMany.
@@ -184,9 +190,9 @@ func (c *Client) EnqueueMany(ctx context.Context, ts []Task) ([]Result, error) {
 	type batch struct {
 		q     keys.Queue
 		idx   []int // positions in ts
-		args  []lua.EnqueueArgs
+		args  []lua.NewTask
 		bytes int
-		cmd   *redis.Cmd
+		call  *lua.Pending[[]lua.EnqueueResult]
 	}
 	var bs []*batch
 	open := map[string]*batch{} // the batch of each queue that takes more tasks
@@ -212,16 +218,16 @@ func (c *Client) EnqueueMany(ctx context.Context, ts []Task) ([]Result, error) {
 	for attempt := 0; attempt < 2 && len(bs) > 0; attempt++ {
 		p := c.rdb.Pipeline()
 		for _, b := range bs {
-			b.cmd = lua.EnqueueCmd(ctx, p, b.q, now.UnixMilli(), b.args)
+			b.call = lua.Enqueue.Queue(ctx, p, lua.EnqueueArgs{Queue: b.q, NowMS: now.UnixMilli(), Tasks: b.args})
 		}
 		_, _ = p.Exec(ctx)
 		var again []*batch
 		for _, b := range bs {
-			if lua.IsNoScript(b.cmd.Err()) && attempt == 0 {
+			if lua.IsNoScript(b.call.Err()) && attempt == 0 {
 				again = append(again, b)
 				continue
 			}
-			rs, err := lua.EnqueueResults(b.cmd, len(b.idx))
+			rs, err := b.call.Result()
 			for j, i := range b.idx {
 				if err != nil {
 					out[i].Err = err
@@ -290,7 +296,8 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("cancel %s: %w", id, err)
 	}
-	return lua.Cancel(ctx, c.rdb, q, id, unique, c.now().UnixMilli(), c.keepMS)
+	_, err = lua.Cancel.Run(ctx, c.rdb, lua.CancelArgs{Queue: q, ID: id, Unique: unique, NowMS: c.now().UnixMilli(), KeepMS: c.keepMS})
+	return err
 }
 
 // Pause stops workers reading new entries of queue (running tasks finish).
@@ -354,7 +361,8 @@ func (c *Client) Requeue(ctx context.Context, queue, id string) error {
 	if err := keys.ValidQueue(queue); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return lua.Requeue(ctx, c.rdb, c.ks.Queue(queue), id, c.now().UnixMilli())
+	_, err := lua.Requeue.Run(ctx, c.rdb, lua.RequeueArgs{Queue: c.ks.Queue(queue), ID: id, NowMS: c.now().UnixMilli()})
+	return err
 }
 
 // Workers lists workers with their liveness computed from heartbeat age.

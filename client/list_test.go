@@ -90,7 +90,7 @@ func TestListRunningIsThePendingEntries(t *testing.T) {
 	c := client.New(rdb, client.Options{Prefix: prefix})
 	ctx := context.Background()
 	enqueueN(t, c, 10, func(i int) client.Task { return client.Task{Queue: "q", Function: "noop", Priority: 5} })
-	res, err := lua.Claim(ctx, rdb, keys.New(prefix).Queue("q"), lua.ClaimArgs{Consumer: "w1", NowMS: time.Now().UnixMilli(), Want: 4, MaxPayload: 1 << 20})
+	res, err := lua.Claim.Run(ctx, rdb, lua.ClaimArgs{Queue: keys.New(prefix).Queue("q"), Consumer: "w1", NowMS: time.Now().UnixMilli(), Want: 4, MaxPayload: 1 << 20})
 	if err != nil || len(res.Started) != 4 {
 		t.Fatalf("claim: %d started, %v", len(res.Started), err)
 	}
@@ -133,7 +133,7 @@ func TestListScheduledRetryingDead(t *testing.T) {
 	})
 	enqueueN(t, c, 5, func(i int) client.Task { return client.Task{Queue: "q", Function: "fail", ID: fmt.Sprintf("f%d", i)} })
 	now := time.Now().UnixMilli()
-	res, err := lua.Claim(ctx, rdb, q, lua.ClaimArgs{Consumer: "w1", NowMS: now, Want: 5, MaxPayload: 1 << 20})
+	res, err := lua.Claim.Run(ctx, rdb, lua.ClaimArgs{Queue: q, Consumer: "w1", NowMS: now, Want: 5, MaxPayload: 1 << 20})
 	if err != nil || len(res.Started) != 5 {
 		t.Fatalf("claim: %v", err)
 	}
@@ -145,7 +145,7 @@ func TestListScheduledRetryingDead(t *testing.T) {
 		}
 		done = append(done, cm)
 	}
-	if _, err := lua.Complete(ctx, rdb, q, now, 0, done); err != nil {
+	if _, err := lua.Complete.Run(ctx, rdb, lua.CompleteArgs{Queue: q, NowMS: now, KeepMS: 0, Items: done}); err != nil {
 		t.Fatal(err)
 	}
 	sched, pages := listAll(t, c, "q", client.ListOptions{State: client.StateScheduled, Limit: 2})
@@ -214,13 +214,13 @@ func TestListRetryingAmongManyScheduled(t *testing.T) {
 	})
 	enqueueN(t, c, 1, func(i int) client.Task { return client.Task{Queue: "q", Function: "fail"} })
 	now := time.Now().UnixMilli()
-	res, err := lua.Claim(ctx, rdb, q, lua.ClaimArgs{Consumer: "w1", NowMS: now, Want: 1, MaxPayload: 1 << 20})
+	res, err := lua.Claim.Run(ctx, rdb, lua.ClaimArgs{Queue: q, Consumer: "w1", NowMS: now, Want: 1, MaxPayload: 1 << 20})
 	if err != nil || len(res.Started) != 1 {
 		t.Fatalf("claim: %v", err)
 	}
 	s := res.Started[0]
-	if _, err := lua.Complete(ctx, rdb, q, now, 0, []lua.Completion{{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt,
-		Outcome: lua.Retry, Text: "x", RetryMS: now + 2*3600_000}}); err != nil {
+	if _, err := lua.Complete.Run(ctx, rdb, lua.CompleteArgs{Queue: q, NowMS: now, KeepMS: 0, Items: []lua.Completion{{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt,
+		Outcome: lua.Retry, Text: "x", RetryMS: now + 2*3600_000}}}); err != nil {
 		t.Fatal(err)
 	}
 	items, pages := listAll(t, c, "q", client.ListOptions{State: client.StateRetrying, Limit: 1})
@@ -279,7 +279,7 @@ func TestListQueuedAfterACancel(t *testing.T) {
 	c := client.New(rdb, client.Options{Prefix: prefix})
 	ctx := context.Background()
 	ids := enqueueN(t, c, 4, func(i int) client.Task { return client.Task{Queue: "q", Function: "noop", Priority: 2} })
-	res, err := lua.Claim(ctx, rdb, keys.New(prefix).Queue("q"), lua.ClaimArgs{Consumer: "w1", NowMS: time.Now().UnixMilli(), Want: 1, MaxPayload: 1 << 20})
+	res, err := lua.Claim.Run(ctx, rdb, lua.ClaimArgs{Queue: keys.New(prefix).Queue("q"), Consumer: "w1", NowMS: time.Now().UnixMilli(), Want: 1, MaxPayload: 1 << 20})
 	if err != nil || len(res.Started) != 1 || res.Started[0].ID != ids[0] {
 		t.Fatalf("claim: %v", err)
 	}

@@ -13,8 +13,8 @@ import (
 func TestClaimSkipsABrokenBand(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "hi", Priority: 8})
-	f.enqueue(t, lua.EnqueueArgs{ID: "lo", Priority: 2})
+	f.enqueue(t, lua.NewTask{ID: "hi", Priority: 8})
+	f.enqueue(t, lua.NewTask{ID: "lo", Priority: 2})
 	f.rdb.Set(f.ctx, f.q.Stream(5), "x", 0)
 	f.rdb.Set(f.ctx, f.q.Waiting(), "x", 0)
 	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 5, RegisterUntilMS: f.now + 1000})
@@ -33,7 +33,7 @@ func TestDiagnoseNamesWrongTypeKeys(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.rdb.Set(f.ctx, f.q.Schedule(), "x", 0)
-	_, _, _, err := lua.SchedClaim(f.ctx, f.rdb, f.q, f.now, 10, 0)
+	_, err := lua.SchedClaim.Run(f.ctx, f.rdb, lua.SchedClaimArgs{Queue: f.q, NowMS: f.now, Limit: 10, StaleMS: 0})
 	if !lua.IsKeyError(err) {
 		t.Fatalf("scheduler claim over a string schedule: %v, want a key error", err)
 	}
@@ -55,7 +55,7 @@ func TestCompleteRefusesAnOutcomeItCannotFile(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	for _, id := range []string{"r", "d", "s"} {
-		f.enqueue(t, lua.EnqueueArgs{ID: id, MaxRetries: 3})
+		f.enqueue(t, lua.NewTask{ID: id, MaxRetries: 3})
 	}
 	c := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 3})
 	if len(c.Started) != 3 {
@@ -68,12 +68,12 @@ func TestCompleteRefusesAnOutcomeItCannotFile(t *testing.T) {
 		o := map[string]lua.Outcome{"r": lua.Retry, "d": lua.Dead, "s": lua.Succeeded}[s.ID]
 		items = append(items, lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: o, Text: "boom", RetryMS: f.now + 10})
 	}
-	codes, err := lua.CompleteCodes(f.ctx, f.rdb, f.q, f.now, 0, items)
+	codes, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 0, Items: items})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, it := range items {
-		want := int64(lua.CompleteRefused)
+		want := lua.CompleteRefused
 		if it.ID == "s" {
 			want = lua.CompleteApplied
 		}
@@ -100,7 +100,7 @@ func TestCompleteRefusesAnOutcomeItCannotFile(t *testing.T) {
 func TestReclaimLeavesTheCallersOwnEntries(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "own", MaxRetries: 3})
+	f.enqueue(t, lua.NewTask{ID: "own", MaxRetries: 3})
 	c := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1})
 	if len(c.Started) != 1 {
 		t.Fatalf("claim = %+v", c)

@@ -12,10 +12,10 @@
 -- ARGV[3]  retention ms (0: keep)
 -- ARGV[4]  task id
 --
--- returns {1, "cancelled"} or {0, current status} ("missing" when there is no such task)
+-- returns {1, "cancelled"}, {0, current status}, or {-1, "missing"} when there is no such task
 local t = redis.call("HMGET", KEYS[1], "status", "priority", "entry")
 local status = t[1]
-if not status then return {0, "missing"} end
+if not status then return {-1, "missing"} end
 if status == "queued" then
   local p = tonumber(t[2]) or 0
   if p >= 0 and p <= 9 and t[3] then

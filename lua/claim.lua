@@ -39,7 +39,9 @@
 --          (enqueue.lua) until this time in ms; "0": do not
 -- ARGV[10] the calling process's tag: a process that left (KEYS[18] holds its tag) is
 --          draining and never registers again
--- ARGV[11] r: hand-offs the caller got from its blocking read of the inbox
+-- ARGV[11] receipt lifetime ms (lua.ReceiptTTL)
+-- ARGV[12] inbox lifetime ms past the worker's registration (lua.InboxTTL)
+-- ARGV[13] r: hand-offs the caller got from its blocking read of the inbox
 -- then r pairs: inbox entry id, task id
 -- then n: entries already delivered to this consumer (from a blocking XREADGROUP)
 -- then n pairs: band, entry id
@@ -56,7 +58,7 @@
 -- A call resent after its reply was lost (a dropped connection; go-redis resends, or the
 -- worker's next call reuses the unanswered call's name) finds its receipt and gets the
 -- same reply, less the starts that are no longer current: nothing it claimed is stranded,
--- and nothing reclaimed meanwhile runs twice. Receipts live 60 s at most; the caller's
+-- and nothing reclaimed meanwhile runs twice. Receipts live ARGV[11] at most; the caller's
 -- next call on the queue deletes the previous one.
 --
 -- While the queue is paused (KEYS[11] exists) nothing starts that the caller did not
@@ -91,7 +93,7 @@ if receipt then
   local live = {}
   for _, s in ipairs(out[1]) do
     local ok, t = pcall(redis.call, "HMGET", prefix .. s[3], "status", "attempt", "entry", "worker")
-    if ok and t[1] == "running" and t[2] == tostring(s[4]) and t[3] == s[1] and t[4] == consumer then
+    if ok and is_current(t, tostring(s[4]), s[1]) and t[4] == consumer then
       redis.call("XCLAIM", KEYS[s[2] + 1], group, consumer, 0, s[1], "JUSTID")
       live[#live + 1] = s
     end
@@ -249,14 +251,8 @@ local function take(band, eid, fields, reclaiming)
     redis.call("HSET", h, "attempt", attempt, "worker", consumer, "entry", eid)
     return kill(stream, band, eid, id, h, "payload is " .. #payload .. " bytes, over the limit of " .. maxpayload)
   end
-  if t[3] == eid then
-    -- the usual case: the entry is the one the task was queued with (one field less to write)
-    redis.call("HSET", h, "status", "running", "attempt", digits[attempt] or attempt, "worker", consumer,
-      "started_at", now)
-  else
-    redis.call("HSET", h, "status", "running", "attempt", digits[attempt] or attempt, "worker", consumer,
-      "started_at", now, "entry", eid)
-  end
+  -- the usual case: the entry is the one the task was queued with (one field less to write)
+  start_task(h, digits[attempt] or attempt, consumer, now, t[3] ~= eid and eid or nil)
   started[#started + 1] = {eid, band, id, attempt, t[4] or "", payload, t[6] or "0",
     t[7] or "0", failures, t[9] or "", t[10] or "0", reclaimed}
 end
@@ -295,8 +291,8 @@ end
 
 local inbox = KEYS[17]
 -- hand-offs the caller received: no longer unread, so no longer a hand-back if it dies
-local r = tonumber(ARGV[11])
-local at = 12
+local r = tonumber(ARGV[13])
+local at = 14
 for i = 0, r - 1 do
   -- XDEL leaves a read row in the group's PEL: XACK it first, or the PEL grows forever
   pcall(redis.call, "XACK", inbox, group, ARGV[at])
@@ -315,8 +311,7 @@ if redis.call("EXISTS", inbox) == 1 then
   local ok, rows = pcall(redis.call, "XREADGROUP", "GROUP", group, consumer, "NOACK", "STREAMS", inbox, ">")
   if ok and rows then
     for _, e in ipairs(rows[1][2]) do
-      local f = {}
-      for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
+      local f = inbox_fields(e[2])
       local band = tonumber(f.b)
       redis.call("XDEL", inbox, e[1])
       redis.call("ZREM", KEYS[19], consumer .. " " .. e[1])
@@ -326,7 +321,7 @@ if redis.call("EXISTS", inbox) == 1 then
         elseif f.i then
           local h = prefix .. f.i
           local ok2, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry", "worker", "failures")
-          if ok2 and t[1] == "running" and t[2] == f.a and t[3] == f.e and t[4] == consumer then
+          if ok2 and is_current(t, f.a, f.e) and t[4] == consumer then
             redis.call("HSET", h, "handback", "")
             started[#started + 1] = {f.e, band, f.i, tonumber(f.a), f.f or "", f.p or "",
               f.t or "0", f.m or "0", tonumber(t[5]) or 0, f.u or "", f.c or "0", 2}
@@ -407,8 +402,8 @@ local function register(member)
   if redis.call("EXISTS", inbox) == 0 then
     redis.call("XGROUP", "CREATE", inbox, group, "0", "MKSTREAM")
   end
-  -- an inbox outlives its worker's last registration by ten minutes
-  redis.call("PEXPIRE", inbox, tonumber(ARGV[9]) - tonumber(now) + 600000)
+  -- an inbox outlives its worker's last registration by ARGV[12]
+  redis.call("PEXPIRE", inbox, tonumber(ARGV[9]) - tonumber(now) + tonumber(ARGV[12]))
 end
 
 if mode == "read" then
@@ -426,6 +421,6 @@ local out = {started, absorbed, invalid, paused, returned, broken}
 if #started + #absorbed + #invalid + #returned > 0 then
   -- MessagePack, not JSON: JSON formats every number with snprintf, a real cost per task
   local ok, enc = pcall(cmsgpack.pack, out)
-  if ok then redis.call("SET", KEYS[14], enc, "PX", 60000) end
+  if ok then redis.call("SET", KEYS[14], enc, "PX", ARGV[11]) end
 end
 return out

@@ -49,7 +49,7 @@ func (f fuzzQueue) cleanup() {
 func (f fuzzQueue) check(want int) lua.ClaimResult {
 	t := f.t
 	t.Helper()
-	r, err := lua.Claim(f.ctx, f.rdb, f.q, lua.ClaimArgs{Consumer: "w", NowMS: f.now, Want: 100, MaxPayload: 1 << 20})
+	r, err := lua.Claim.Run(f.ctx, f.rdb, lua.ClaimArgs{Queue: f.q, Consumer: "w", NowMS: f.now, Want: 100, MaxPayload: 1 << 20})
 	if err != nil {
 		t.Fatalf("claim failed: %v", err)
 	}
@@ -81,12 +81,12 @@ func (f fuzzQueue) check(want int) lua.ClaimResult {
 		done = append(done, lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded, Text: "ok"})
 	}
 	if len(done) > 0 {
-		applied, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 0, done)
+		applied, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 0, Items: done})
 		if err != nil {
 			t.Fatalf("complete: %v", err)
 		}
-		for i, ok := range applied {
-			if !ok {
+		for i, code := range applied {
+			if code != lua.CompleteApplied {
 				t.Fatalf("completion of %+v fenced off right after its claim", r.Started[i])
 			}
 		}
@@ -115,7 +115,7 @@ func FuzzClaimEntry(f *testing.F) {
 		}
 		q := newFuzzQueue(t, prefix)
 		defer q.cleanup()
-		q.enqueue(t, lua.EnqueueArgs{ID: "good", Priority: 5})
+		q.enqueue(t, lua.NewTask{ID: "good", Priority: 5})
 		if err := q.rdb.XAdd(q.ctx, &redis.XAddArgs{Stream: q.q.Stream(5), Values: []any{k1, v1, k2, v2}}).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +146,7 @@ func FuzzClaimTaskRecord(f *testing.F) {
 	f.Fuzz(func(t *testing.T, status, attempt, failures, maxRetries, priority, timeout, function, payload string) {
 		q := newFuzzQueue(t, "fuzzrecord")
 		defer q.cleanup()
-		q.enqueue(t, lua.EnqueueArgs{ID: "x", Priority: 5})
+		q.enqueue(t, lua.NewTask{ID: "x", Priority: 5})
 		if err := q.rdb.HSet(q.ctx, q.q.Task("x"), "status", status, "attempt", attempt, "failures", failures,
 			"max_retries", maxRetries, "priority", priority, "timeout_ms", timeout, "function", function, "payload", payload).Err(); err != nil {
 			t.Fatal(err)

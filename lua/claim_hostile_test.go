@@ -32,7 +32,8 @@ func (f *fixture) claimErr(t *testing.T, a lua.ClaimArgs) (lua.ClaimResult, erro
 	if a.MaxPayload == 0 {
 		a.MaxPayload = 1 << 20
 	}
-	return lua.Claim(f.ctx, f.rdb, f.q, a)
+	a.Queue = f.q
+	return lua.Claim.Run(f.ctx, f.rdb, a)
 }
 
 // A task key that is not a hash (a string, a list) must not abort the claim: its
@@ -40,7 +41,7 @@ func (f *fixture) claimErr(t *testing.T, a lua.ClaimArgs) (lua.ClaimResult, erro
 func TestClaimTaskKeyOfWrongType(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "before", Priority: 2})
+	f.enqueue(t, lua.NewTask{ID: "before", Priority: 2})
 	if err := f.rdb.Set(f.ctx, f.q.Task("str"), "not a hash", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func TestClaimTaskKeyOfWrongType(t *testing.T) {
 	}
 	f.xadd(t, 2, "task", "str", "attempt", 0)
 	f.xadd(t, 2, "task", "list", "attempt", 0)
-	f.enqueue(t, lua.EnqueueArgs{ID: "after", Priority: 2})
+	f.enqueue(t, lua.NewTask{ID: "after", Priority: 2})
 
 	r, err := f.claimErr(t, lua.ClaimArgs{Consumer: "w", Want: 10})
 	if err != nil {
@@ -90,7 +91,7 @@ func TestClaimTaskKeyOfWrongType(t *testing.T) {
 func TestClaimEntryAttemptOutOfRange(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "x"})
+	f.enqueue(t, lua.NewTask{ID: "x"})
 	bad := []string{"100000000000000000", "1e20", "-1", "2.5", "inf", "nan", "", " ", "0x", "9007199254740993"}
 	for _, a := range bad {
 		f.xadd(t, 0, "task", "x", "attempt", a)
@@ -139,7 +140,7 @@ func TestClaimCorruptTaskRecord(t *testing.T) {
 		{"no-function", []any{"function", ""}, true, ""},
 	}
 	for _, c := range cases {
-		f.enqueue(t, lua.EnqueueArgs{ID: c.id, Payload: []byte("p-" + c.id)})
+		f.enqueue(t, lua.NewTask{ID: c.id, Payload: []byte("p-" + c.id)})
 		if err := f.rdb.HSet(f.ctx, f.q.Task(c.id), c.fields...).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -210,8 +211,8 @@ func TestClaimCorruptTaskRecord(t *testing.T) {
 func TestCompleteAndTouchOnWrongTypeKey(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "ok"})
-	f.enqueue(t, lua.EnqueueArgs{ID: "gone"})
+	f.enqueue(t, lua.NewTask{ID: "ok"})
+	f.enqueue(t, lua.NewTask{ID: "gone"})
 	c := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 2}).Started
 	if len(c) != 2 {
 		t.Fatalf("started %d", len(c))
@@ -224,17 +225,17 @@ func TestCompleteAndTouchOnWrongTypeKey(t *testing.T) {
 		held = append(held, lua.Held{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt})
 		done = append(done, lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded})
 	}
-	touched, err := lua.Touch(f.ctx, f.rdb, f.q, "w", 0, false, held)
+	touched, err := lua.Touch.Run(f.ctx, f.rdb, lua.TouchArgs{Queue: f.q, Consumer: "w", IdleMS: 0, Handback: false, Items: held})
 	if err != nil {
 		t.Fatalf("touch failed on a clobbered key: %v", err)
 	}
-	applied, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 0, done)
+	applied, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 0, Items: done})
 	if err != nil {
 		t.Fatalf("complete failed on a clobbered key: %v", err)
 	}
 	want := map[string]bool{"ok": true, "gone": false}
 	for i, s := range c {
-		if touched[i] != want[s.ID] || applied[i] != want[s.ID] {
+		if touched[i] != want[s.ID] || (applied[i] == lua.CompleteApplied) != want[s.ID] {
 			t.Errorf("%s: touched %v applied %v, want %v", s.ID, touched[i], applied[i], want[s.ID])
 		}
 	}
@@ -254,7 +255,7 @@ func TestCompleteAndTouchOnWrongTypeKey(t *testing.T) {
 func TestClaimHostileEntryFields(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "good", Priority: 5}) // creates the stream's group
+	f.enqueue(t, lua.NewTask{ID: "good", Priority: 5}) // creates the stream's group
 	huge := strings.Repeat("h", 1<<20)
 	f.xadd(t, 5, "task", huge, "attempt", 0)
 	f.xadd(t, 5, "task", "a{b}c", "attempt", 0)
@@ -288,7 +289,7 @@ func TestClaimHostileEntryFields(t *testing.T) {
 func TestClaimRetriedWithSameDeliveryKeepsEntry(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "r", Priority: 6})
+	f.enqueue(t, lua.NewTask{ID: "r", Priority: 6})
 	xs, err := f.rdb.XReadGroup(f.ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w", Streams: []string{f.q.Stream(6), ">"}, Count: 1}).Result()
 	if err != nil {
 		t.Fatal(err)

@@ -55,15 +55,16 @@ for i = 0, n - 1 do
   -- a retry goes on the schedule, a death on the dead set, first: when that zset is of
   -- another type nothing of the outcome is written (a record saying "retrying" that no
   -- schedule holds would never run again), and the entry stays pending for a reclaim
+  local current = ok and is_current(t, attempt, eid)
   local refused = false
-  if ok and t[1] == "running" and t[2] == attempt and t[3] == eid and outcome ~= "s" then
+  if current and outcome ~= "s" then
     local r
     if outcome == "r" then r = redis.pcall("ZADD", KEYS[1], ARGV[b + 5], id) else r = redis.pcall("ZADD", KEYS[2], now, id) end
     refused = type(r) == "table" and r.err ~= nil
   end
   if refused then
     out[#out + 1] = 2
-  elseif not ok or t[1] ~= "running" or t[2] ~= attempt or t[3] ~= eid then
+  elseif not current then
     out[#out + 1] = 0
   else
     if outcome == "s" then

@@ -81,12 +81,11 @@ local function handoff(stream, entry, id, fn, payload, prio, maxr, tmo, unique)
   local r = redis.call("XREADGROUP", "GROUP", group, consumer, "COUNT", 1, "STREAMS", stream, ">")
   local got = r and r[1][2][1]
   if got and got[1] == entry then
-    local row = redis.call("XADD", KEYS[7] .. consumer, "*", "e", entry, "b", prio, "i", id,
-      "a", "1", "f", fn, "p", payload, "t", tmo, "m", maxr, "u", unique, "c", now)
+    local row = inbox_add_started(KEYS[7] .. consumer, entry, prio, id, "1", fn, payload, tmo, maxr, unique, now)
     redis.call("ZADD", KEYS[8], now, consumer .. " " .. row)
     return consumer
   elseif got then
-    local row = redis.call("XADD", KEYS[7] .. consumer, "*", "d", "1", "e", got[1], "b", prio)
+    local row = inbox_add_delivered(KEYS[7] .. consumer, got[1], prio)
     redis.call("ZADD", KEYS[8], now, consumer .. " " .. row)
   end
   return nil

@@ -62,7 +62,7 @@ func TestHandoffStartsTaskForWaitingWorker(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.wait(t, "w1", 1<<20)
-	f.enqueue(t, lua.EnqueueArgs{ID: "h1", Priority: 4, Payload: []byte("pay"), MaxRetries: 3, TimeoutMS: 500})
+	f.enqueue(t, lua.NewTask{ID: "h1", Priority: 4, Payload: []byte("pay"), MaxRetries: 3, TimeoutMS: 500})
 	for field, want := range map[string]string{"status": "running", "attempt": "1", "worker": "w1", "handback": "1"} {
 		if got := f.field(t, "h1", field); got != want {
 			t.Fatalf("%s = %q, want %q", field, got, want)
@@ -81,7 +81,7 @@ func TestHandoffStartsTaskForWaitingWorker(t *testing.T) {
 		t.Fatalf("started row = %+v", s)
 	}
 	// one hand-off per registration: the next task waits on its stream
-	f.enqueue(t, lua.EnqueueArgs{ID: "h2"})
+	f.enqueue(t, lua.NewTask{ID: "h2"})
 	if st := f.field(t, "h2", "status"); st != "queued" {
 		t.Fatalf("second task status = %q, want queued", st)
 	}
@@ -100,8 +100,8 @@ func TestHandoffStartsTaskForWaitingWorker(t *testing.T) {
 		t.Fatalf("inbox PEL after receipt = %+v, %v; want empty (it would grow with every hand-off)", p, err)
 	}
 	// fenced completion works as for any claimed task
-	ok, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 60_000, []lua.Completion{{ID: "h1", Entry: s.Entry, Band: 4, Attempt: 1, Outcome: lua.Succeeded}})
-	if err != nil || !ok[0] || f.field(t, "h1", "status") != "succeeded" || f.pending(t, 4) != 0 {
+	ok, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 60_000, Items: []lua.Completion{{ID: "h1", Entry: s.Entry, Band: 4, Attempt: 1, Outcome: lua.Succeeded}}})
+	if err != nil || ok[0] != lua.CompleteApplied || f.field(t, "h1", "status") != "succeeded" || f.pending(t, 4) != 0 {
 		t.Fatalf("complete = %v, %v; status %q", ok, err, f.field(t, "h1", "status"))
 	}
 }
@@ -110,7 +110,7 @@ func TestClaimReturnsUnreadHandoffs(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.wait(t, "w1", 1<<20)
-	f.enqueue(t, lua.EnqueueArgs{ID: "u1"})
+	f.enqueue(t, lua.NewTask{ID: "u1"})
 	r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1})
 	if len(r.Started) != 1 || r.Started[0].ID != "u1" || r.Started[0].Attempt != 1 || !r.Started[0].HandedOff {
 		t.Fatalf("claim = %+v, want the unread hand-off", r)
@@ -136,32 +136,32 @@ func TestNoHandoff(t *testing.T) {
 		"paused": func(f *fixture, t *testing.T) {
 			f.wait(t, "w1", 1<<20)
 			f.rdb.Set(f.ctx, f.q.Paused(), "1", 0)
-			f.enqueue(t, lua.EnqueueArgs{ID: "x"})
+			f.enqueue(t, lua.NewTask{ID: "x"})
 		},
 		"payload over the worker's limit": func(f *fixture, t *testing.T) {
 			f.wait(t, "w1", 2)
-			f.enqueue(t, lua.EnqueueArgs{ID: "x", Payload: []byte("too long")})
+			f.enqueue(t, lua.NewTask{ID: "x", Payload: []byte("too long")})
 		},
 		"registration lapsed": func(f *fixture, t *testing.T) {
 			f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1, RegisterUntilMS: f.now - 1})
-			f.enqueue(t, lua.EnqueueArgs{ID: "x"})
+			f.enqueue(t, lua.NewTask{ID: "x"})
 		},
 		"not registered": func(f *fixture, t *testing.T) {
 			f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1})
-			f.enqueue(t, lua.EnqueueArgs{ID: "x"})
+			f.enqueue(t, lua.NewTask{ID: "x"})
 		},
 		"delayed task": func(f *fixture, t *testing.T) {
 			f.wait(t, "w1", 1<<20)
-			f.enqueue(t, lua.EnqueueArgs{ID: "x", RunAtMS: f.now + 60_000})
+			f.enqueue(t, lua.NewTask{ID: "x", RunAtMS: f.now + 60_000})
 			if st := f.field(t, "x", "status"); st != "scheduled" {
 				t.Fatalf("status = %q, want scheduled", st)
 			}
-			f.enqueue(t, lua.EnqueueArgs{ID: "y", Priority: 5}) // the registration still serves
+			f.enqueue(t, lua.NewTask{ID: "y", Priority: 5}) // the registration still serves
 			if st := f.field(t, "y", "status"); st != "running" {
 				t.Fatalf("status of the next task = %q, want running (handed off)", st)
 			}
 			f.rdb.Del(f.ctx, f.q.Task("x"), f.q.Inbox("w1"))
-			f.enqueue(t, lua.EnqueueArgs{ID: "x"})
+			f.enqueue(t, lua.NewTask{ID: "x"})
 		},
 	}
 	for name, run := range cases {
@@ -188,9 +188,9 @@ func TestNoHandoff(t *testing.T) {
 func TestHandoffOfAnOlderEntry(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "old"})
+	f.enqueue(t, lua.NewTask{ID: "old"})
 	f.register(t, "w1")
-	f.enqueue(t, lua.EnqueueArgs{ID: "new"})
+	f.enqueue(t, lua.NewTask{ID: "new"})
 	if st := f.field(t, "new", "status"); st != "queued" {
 		t.Fatalf("new task status = %q, want queued", st)
 	}
@@ -213,8 +213,8 @@ func TestLeaveReturnsUnreadHandoffs(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.wait(t, "w1", 1<<20)
-	f.enqueue(t, lua.EnqueueArgs{ID: "l1", Priority: 2})
-	left, err := lua.Leave(f.ctx, f.rdb, f.q, "w1", "proc1", 1<<20)
+	f.enqueue(t, lua.NewTask{ID: "l1", Priority: 2})
+	left, err := lua.Leave.Run(f.ctx, f.rdb, lua.LeaveArgs{Queue: f.q, Consumer: "w1", Tag: "proc1", MaxPayload: 1 << 20})
 	if err != nil || len(left) != 1 || left[0].ID != "l1" || left[0].Band != 2 || left[0].Attempt != 1 ||
 		left[0].Entry != f.field(t, "l1", "entry") {
 		t.Fatalf("leave = %+v, %v", left, err)
@@ -225,13 +225,13 @@ func TestLeaveReturnsUnreadHandoffs(t *testing.T) {
 	}
 	// a claim of the leaving process still in flight does not register it again
 	f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1, Tag: "proc1", RegisterUntilMS: f.now + 60_000})
-	f.enqueue(t, lua.EnqueueArgs{ID: "l2", Priority: 5})
+	f.enqueue(t, lua.NewTask{ID: "l2", Priority: 5})
 	if st := f.field(t, "l2", "status"); st != "queued" {
 		t.Fatalf("status after leave = %q, want queued", st)
 	}
 	// a new process under the same worker id does
 	f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 0, Tag: "proc2", RegisterUntilMS: f.now + 60_000})
-	f.enqueue(t, lua.EnqueueArgs{ID: "l3", Priority: 6})
+	f.enqueue(t, lua.NewTask{ID: "l3", Priority: 6})
 	if st := f.field(t, "l3", "status"); st != "running" {
 		t.Fatalf("status with a new process registered = %q, want running", st)
 	}
@@ -243,7 +243,7 @@ func TestReclaimOfUnreadHandoffIsNoFailure(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.wait(t, "gone", 1<<20)
-	f.enqueue(t, lua.EnqueueArgs{ID: "d1", MaxRetries: 0})
+	f.enqueue(t, lua.NewTask{ID: "d1", MaxRetries: 0})
 	idleAll(t, f, 0, "gone", 60_000)
 	r := f.claim(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 4, MinIdleMS: 30_000})
 	if len(r.Started) != 1 || r.Started[0].ID != "d1" || r.Started[0].Attempt != 2 || r.Started[0].Failures != 0 {
@@ -301,18 +301,18 @@ func TestRescueOfUnreadHandoff(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.wait(t, "dead", 1<<20)
-	f.enqueue(t, lua.EnqueueArgs{ID: "r1", Priority: 3, MaxRetries: 0})
+	f.enqueue(t, lua.NewTask{ID: "r1", Priority: 3, MaxRetries: 0})
 	old := f.field(t, "r1", "entry")
 	if n := f.rdb.ZCard(f.ctx, f.q.Handed()).Val(); n != 1 {
 		t.Fatalf("hand-offs noted = %d, want 1", n)
 	}
-	if ids, err := lua.Rescue(f.ctx, f.rdb, f.q, f.now, f.now-1, 100); err != nil || len(ids) != 0 {
+	if ids, err := lua.Rescue.Run(f.ctx, f.rdb, lua.RescueArgs{Queue: f.q, NowMS: f.now, CutoffMS: f.now - 1, Limit: 100}); err != nil || len(ids) != 0 {
 		t.Fatalf("rescue before the cutoff = %v, %v; want nothing", ids, err)
 	}
 	if st := f.field(t, "r1", "status"); st != "running" {
 		t.Fatalf("status = %q after an early rescue, want running", st)
 	}
-	ids, err := lua.Rescue(f.ctx, f.rdb, f.q, f.now, f.now, 100)
+	ids, err := lua.Rescue.Run(f.ctx, f.rdb, lua.RescueArgs{Queue: f.q, NowMS: f.now, CutoffMS: f.now, Limit: 100})
 	if err != nil || len(ids) != 1 || ids[0] != "r1" {
 		t.Fatalf("rescue = %v, %v; want r1", ids, err)
 	}
@@ -341,7 +341,7 @@ func TestRescueOfUnreadHandoff(t *testing.T) {
 		t.Fatalf("claim = %+v, want r1 as a fresh delivery at attempt 1", r)
 	}
 	// a second rescue finds nothing more
-	if ids, err := lua.Rescue(f.ctx, f.rdb, f.q, f.now, f.now+60_000, 100); err != nil || len(ids) != 0 {
+	if ids, err := lua.Rescue.Run(f.ctx, f.rdb, lua.RescueArgs{Queue: f.q, NowMS: f.now, CutoffMS: f.now + 60_000, Limit: 100}); err != nil || len(ids) != 0 {
 		t.Fatalf("second rescue = %v, %v", ids, err)
 	}
 }
@@ -352,12 +352,12 @@ func TestRescueLeavesReadHandoffs(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.wait(t, "w1", 1<<20)
-	f.enqueue(t, lua.EnqueueArgs{ID: "k1"})
+	f.enqueue(t, lua.NewTask{ID: "k1"})
 	hs := f.inbox(t, "w1")
 	if len(hs) != 1 {
 		t.Fatalf("inbox = %+v", hs)
 	}
-	ids, err := lua.Rescue(f.ctx, f.rdb, f.q, f.now, f.now+60_000, 100)
+	ids, err := lua.Rescue.Run(f.ctx, f.rdb, lua.RescueArgs{Queue: f.q, NowMS: f.now, CutoffMS: f.now + 60_000, Limit: 100})
 	if err != nil || len(ids) != 0 {
 		t.Fatalf("rescue = %v, %v; want nothing: the row was read", ids, err)
 	}
@@ -368,7 +368,7 @@ func TestRescueLeavesReadHandoffs(t *testing.T) {
 		t.Fatalf("hand-offs noted = %d, want the read one's note dropped", n)
 	}
 	f.wait(t, "w2", 1<<20)
-	f.enqueue(t, lua.EnqueueArgs{ID: "k2"})
+	f.enqueue(t, lua.NewTask{ID: "k2"})
 	hs = f.inbox(t, "w2")
 	f.claim(t, lua.ClaimArgs{Consumer: "w2", Want: 0, Received: []lua.Received{{InboxEntry: hs[0].InboxEntry, ID: "k2"}}})
 	if n := f.rdb.ZCard(f.ctx, f.q.Handed()).Val(); n != 0 {
@@ -382,30 +382,31 @@ func TestRescueLeavesReadHandoffs(t *testing.T) {
 func TestRescueOfUnreadDeliveredRow(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "old", Priority: 1, MaxRetries: 3})
+	f.enqueue(t, lua.NewTask{ID: "old", Priority: 1, MaxRetries: 3})
 	r := f.claim(t, lua.ClaimArgs{Consumer: "w0", Want: 1})
 	if len(r.Started) != 1 {
 		t.Fatalf("claim = %+v", r)
 	}
 	s := r.Started[0]
-	if _, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 60_000, []lua.Completion{{ID: "old", Entry: s.Entry, Band: 1,
-		Attempt: 1, Outcome: lua.Retry, Text: "boom", RetryMS: f.now}}); err != nil {
+	if _, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 60_000, Items: []lua.Completion{{ID: "old", Entry: s.Entry, Band: 1,
+		Attempt: 1, Outcome: lua.Retry, Text: "boom", RetryMS: f.now}}}); err != nil {
 		t.Fatal(err)
 	}
-	due, _, _, err := lua.SchedClaim(f.ctx, f.rdb, f.q, f.now, 10, f.now-60_000)
+	sc, err := lua.SchedClaim.Run(f.ctx, f.rdb, lua.SchedClaimArgs{Queue: f.q, NowMS: f.now, Limit: 10, StaleMS: f.now - 60_000})
+	due := sc.Due
 	if err != nil || len(due) != 1 {
 		t.Fatalf("scheduler claim = %v, %v", due, err)
 	}
-	if _, _, err := lua.SchedEnqueue(f.ctx, f.rdb, f.q, f.now, due); err != nil {
+	if _, err := lua.SchedEnqueue.Run(f.ctx, f.rdb, lua.SchedEnqueueArgs{Queue: f.q, NowMS: f.now, IDs: due}); err != nil {
 		t.Fatal(err)
 	}
 	retry := f.field(t, "old", "entry")
 	f.register(t, "w1")
-	f.enqueue(t, lua.EnqueueArgs{ID: "new", Priority: 1})
+	f.enqueue(t, lua.NewTask{ID: "new", Priority: 1})
 	if p := f.pending(t, 1); p != 1 {
 		t.Fatalf("pending = %d, want the retry's entry delivered to w1", p)
 	}
-	ids, err := lua.Rescue(f.ctx, f.rdb, f.q, f.now, f.now, 100)
+	ids, err := lua.Rescue.Run(f.ctx, f.rdb, lua.RescueArgs{Queue: f.q, NowMS: f.now, CutoffMS: f.now, Limit: 100})
 	if err != nil || len(ids) != 1 || ids[0] != "old" {
 		t.Fatalf("rescue = %v, %v; want old", ids, err)
 	}
@@ -428,21 +429,14 @@ func TestRescueOfUnreadDeliveredRow(t *testing.T) {
 }
 
 // enqueueBatch runs one enqueue call of as and returns its results.
-func (f *fixture) enqueueBatch(t *testing.T, as []lua.EnqueueArgs) []lua.EnqueueResult {
+func (f *fixture) enqueueBatch(t *testing.T, as []lua.NewTask) []lua.EnqueueResult {
 	t.Helper()
 	for i := range as {
 		if as[i].Function == "" {
 			as[i].Function = "noop"
 		}
 	}
-	cmd := lua.EnqueueCmd(f.ctx, f.rdb, f.q, f.now, as)
-	if lua.IsNoScript(cmd.Err()) {
-		if err := lua.Load(f.ctx, f.rdb); err != nil {
-			t.Fatal(err)
-		}
-		cmd = lua.EnqueueCmd(f.ctx, f.rdb, f.q, f.now, as)
-	}
-	rs, err := lua.EnqueueResults(cmd, len(as))
+	rs, err := lua.Enqueue.Run(f.ctx, f.rdb, lua.EnqueueArgs{Queue: f.q, NowMS: f.now, Tasks: as})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +450,7 @@ func TestEnqueueBatchIsItsTasksInOrder(t *testing.T) {
 	f := setup(t)
 	f.register(t, "w1")
 	f.register(t, "w2")
-	rs := f.enqueueBatch(t, []lua.EnqueueArgs{
+	rs := f.enqueueBatch(t, []lua.NewTask{
 		{ID: "b1", Priority: 2, Payload: []byte("one")},
 		{ID: "b2", Priority: 7, Unique: "k"},
 		{ID: "b3", Priority: 7, Unique: "k"}, // the key is b2's now
@@ -508,7 +502,7 @@ func TestEnqueueBatchHandsNothingOffWhilePaused(t *testing.T) {
 	if err := f.rdb.Set(f.ctx, f.q.Paused(), "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	f.enqueueBatch(t, []lua.EnqueueArgs{{ID: "p1"}, {ID: "p2"}})
+	f.enqueueBatch(t, []lua.NewTask{{ID: "p1"}, {ID: "p2"}})
 	if f.field(t, "p1", "status") != "queued" || f.field(t, "p2", "status") != "queued" {
 		t.Fatalf("statuses %q %q, want queued", f.field(t, "p1", "status"), f.field(t, "p2", "status"))
 	}
@@ -524,7 +518,7 @@ func TestEnqueueRefusesABandOutOfRange(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	for _, p := range []int{-1, keys.Bands} {
-		if _, _, err := lua.Enqueue(f.ctx, f.rdb, f.q, lua.EnqueueArgs{ID: "x", Function: "noop", Priority: p, NowMS: f.now}); err == nil {
+		if _, _, err := f.enqueueOne(lua.NewTask{ID: "x", Function: "noop", Priority: p}); err == nil {
 			t.Fatalf("priority %d accepted", p)
 		}
 	}

@@ -2,6 +2,7 @@ package lua_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -35,19 +36,25 @@ func setup(t *testing.T) *fixture {
 	}
 }
 
-func (f *fixture) enqueue(t *testing.T, a lua.EnqueueArgs) string {
+func (f *fixture) enqueue(t *testing.T, a lua.NewTask) string {
 	t.Helper()
 	if a.Function == "" {
 		a.Function = "noop"
 	}
-	if a.NowMS == 0 {
-		a.NowMS = f.now
-	}
-	id, created, err := lua.Enqueue(f.ctx, f.rdb, f.q, a)
+	id, created, err := f.enqueueOne(a)
 	if err != nil || !created {
 		t.Fatalf("enqueue %s: created=%v err=%v", a.ID, created, err)
 	}
 	return id
+}
+
+// enqueueOne runs one enqueue call of the single task a at f.now.
+func (f *fixture) enqueueOne(a lua.NewTask) (id string, created bool, err error) {
+	rs, err := lua.Enqueue.Run(f.ctx, f.rdb, lua.EnqueueArgs{Queue: f.q, NowMS: f.now, Tasks: []lua.NewTask{a}})
+	if err != nil {
+		return "", false, err
+	}
+	return rs[0].ID, rs[0].Created, rs[0].Err
 }
 
 func (f *fixture) claim(t *testing.T, a lua.ClaimArgs) lua.ClaimResult {
@@ -58,7 +65,8 @@ func (f *fixture) claim(t *testing.T, a lua.ClaimArgs) lua.ClaimResult {
 	if a.MaxPayload == 0 {
 		a.MaxPayload = 1 << 20
 	}
-	r, err := lua.Claim(f.ctx, f.rdb, f.q, a)
+	a.Queue = f.q
+	r, err := lua.Claim.Run(f.ctx, f.rdb, a)
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -86,7 +94,7 @@ func (f *fixture) pending(t *testing.T, band int) int64 {
 func TestEnqueueCreatesGroupAndEntry(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "a", Priority: 7, Payload: []byte(`{"x":1}`)})
+	f.enqueue(t, lua.NewTask{ID: "a", Priority: 7, Payload: []byte(`{"x":1}`)})
 	groups, err := f.rdb.XInfoGroups(f.ctx, f.q.Stream(7)).Result()
 	if err != nil || len(groups) != 1 || groups[0].Name != keys.Group {
 		t.Fatalf("groups = %v, %v; want one group %q", groups, err, keys.Group)
@@ -102,8 +110,8 @@ func TestEnqueueCreatesGroupAndEntry(t *testing.T) {
 func TestEnqueueUniqueAndDuplicateID(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	first := f.enqueue(t, lua.EnqueueArgs{ID: "one", Unique: "order-42"})
-	id, created, err := lua.Enqueue(f.ctx, f.rdb, f.q, lua.EnqueueArgs{ID: "two", Function: "noop", NowMS: f.now, Unique: "order-42"})
+	first := f.enqueue(t, lua.NewTask{ID: "one", Unique: "order-42"})
+	id, created, err := f.enqueueOne(lua.NewTask{ID: "two", Function: "noop", Unique: "order-42"})
 	if err != nil || created || id != first {
 		t.Fatalf("second unique enqueue = %q created=%v err=%v; want %q, not created", id, created, err, first)
 	}
@@ -113,8 +121,8 @@ func TestEnqueueUniqueAndDuplicateID(t *testing.T) {
 	if n := f.rdb.XLen(f.ctx, f.q.Stream(0)).Val(); n != 1 {
 		t.Fatalf("xlen = %d, want 1", n)
 	}
-	_, _, err = lua.Enqueue(f.ctx, f.rdb, f.q, lua.EnqueueArgs{ID: "one", Function: "noop", NowMS: f.now})
-	if err == nil || !strings.Contains(err.Error(), lua.ErrTaskExists.Error()) {
+	_, _, err = f.enqueueOne(lua.NewTask{ID: "one", Function: "noop"})
+	if !errors.Is(err, lua.ErrTaskExists) {
 		t.Fatalf("enqueue with a taken id: err = %v, want ErrTaskExists", err)
 	}
 }
@@ -123,7 +131,7 @@ func TestClaimReadsBandsInPriorityOrder(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	for i, p := range []int{0, 5, 9, 5, 0} {
-		f.enqueue(t, lua.EnqueueArgs{ID: string(rune('a' + i)), Priority: p})
+		f.enqueue(t, lua.NewTask{ID: string(rune('a' + i)), Priority: p})
 	}
 	r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 3})
 	var got []int
@@ -147,7 +155,7 @@ func TestClaimReadsBandsInPriorityOrder(t *testing.T) {
 func TestRaceClaimSameQueuedTask(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "dup"})
+	f.enqueue(t, lua.NewTask{ID: "dup"})
 	if err := f.rdb.XAdd(f.ctx, &redis.XAddArgs{Stream: f.q.Stream(0), Values: []any{"task", "dup", "attempt", 0}}).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +165,7 @@ func TestRaceClaimSameQueuedTask(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := lua.Claim(f.ctx, f.rdb, f.q, lua.ClaimArgs{Consumer: []string{"w1", "w2"}[i], NowMS: f.now, Want: 1, MaxPayload: 1 << 20})
+			r, err := lua.Claim.Run(f.ctx, f.rdb, lua.ClaimArgs{Queue: f.q, Consumer: []string{"w1", "w2"}[i], NowMS: f.now, Want: 1, MaxPayload: 1 << 20})
 			if err != nil {
 				t.Errorf("claim: %v", err)
 			}
@@ -185,7 +193,7 @@ func TestRaceClaimSameQueuedTask(t *testing.T) {
 func TestClaimAbsorbsStaleEntry(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "t"})
+	f.enqueue(t, lua.NewTask{ID: "t"})
 	f.rdb.HSet(f.ctx, f.q.Task("t"), "attempt", 3)
 	r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 5})
 	if len(r.Started) != 0 || len(r.Absorbed) != 1 || r.Absorbed[0].Status != "queued" {
@@ -211,7 +219,7 @@ func idleAll(t *testing.T, f *fixture, band int, consumer string, idleMS int64) 
 func TestRaceReclaimSameEntry(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "r", MaxRetries: 3})
+	f.enqueue(t, lua.NewTask{ID: "r", MaxRetries: 3})
 	first := f.claim(t, lua.ClaimArgs{Consumer: "dead-worker", Want: 1})
 	if len(first.Started) != 1 {
 		t.Fatalf("first claim started %d", len(first.Started))
@@ -225,7 +233,7 @@ func TestRaceReclaimSameEntry(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := lua.Claim(f.ctx, f.rdb, f.q, lua.ClaimArgs{Consumer: "reaper", NowMS: f.now, Reclaim: true, Want: 4, MinIdleMS: 30_000, MaxPayload: 1 << 20})
+			r, err := lua.Claim.Run(f.ctx, f.rdb, lua.ClaimArgs{Queue: f.q, Consumer: "reaper", NowMS: f.now, Reclaim: true, Want: 4, MinIdleMS: 30_000, MaxPayload: 1 << 20})
 			if err != nil {
 				t.Errorf("reclaim: %v", err)
 			}
@@ -244,8 +252,8 @@ func TestRaceReclaimSameEntry(t *testing.T) {
 		t.Fatalf("failures = %q, want 1 (a silent death counts)", got)
 	}
 	// The silent worker wakes up and completes: fenced, nothing changes, no ACK.
-	ok, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 0, []lua.Completion{{ID: "r", Entry: first.Started[0].Entry, Band: 0, Attempt: 1, Outcome: lua.Succeeded, Text: "late"}})
-	if err != nil || ok[0] {
+	ok, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 0, Items: []lua.Completion{{ID: "r", Entry: first.Started[0].Entry, Band: 0, Attempt: 1, Outcome: lua.Succeeded, Text: "late"}}})
+	if err != nil || ok[0] == lua.CompleteApplied {
 		t.Fatalf("late completion applied=%v err=%v; want fenced", ok, err)
 	}
 	if st := f.field(t, "r", "status"); st != "running" {
@@ -255,13 +263,13 @@ func TestRaceReclaimSameEntry(t *testing.T) {
 		t.Fatalf("pending = %d after fenced completion, want 1", p)
 	}
 	// Its heartbeat cannot take the entry back either.
-	touched, err := lua.Touch(f.ctx, f.rdb, f.q, "dead-worker", 0, false, []lua.Held{{ID: "r", Entry: first.Started[0].Entry, Attempt: 1}})
+	touched, err := lua.Touch.Run(f.ctx, f.rdb, lua.TouchArgs{Queue: f.q, Consumer: "dead-worker", IdleMS: 0, Handback: false, Items: []lua.Held{{ID: "r", Entry: first.Started[0].Entry, Attempt: 1}}})
 	if err != nil || touched[0] {
 		t.Fatalf("stale touch = %v, %v; want refused", touched, err)
 	}
 	// The reclaimer's completion applies.
-	ok, err = lua.Complete(f.ctx, f.rdb, f.q, f.now, 0, []lua.Completion{{ID: "r", Entry: won[0].Entry, Band: 0, Attempt: 2, Outcome: lua.Succeeded, Text: "done"}})
-	if err != nil || !ok[0] {
+	ok, err = lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 0, Items: []lua.Completion{{ID: "r", Entry: won[0].Entry, Band: 0, Attempt: 2, Outcome: lua.Succeeded, Text: "done"}}})
+	if err != nil || ok[0] != lua.CompleteApplied {
 		t.Fatalf("current completion applied=%v err=%v", ok, err)
 	}
 	if st, res := f.field(t, "r", "status"), f.field(t, "r", "result"); st != "succeeded" || res != "done" {
@@ -278,9 +286,9 @@ func TestRaceReclaimSameEntry(t *testing.T) {
 func TestReclaimHandbackDoesNotCountAsFailure(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "h", MaxRetries: 0})
+	f.enqueue(t, lua.NewTask{ID: "h", MaxRetries: 0})
 	c := f.claim(t, lua.ClaimArgs{Consumer: "draining", Want: 1})
-	touched, err := lua.Touch(f.ctx, f.rdb, f.q, "draining", 60_000, true, []lua.Held{{ID: "h", Entry: c.Started[0].Entry, Attempt: 1}})
+	touched, err := lua.Touch.Run(f.ctx, f.rdb, lua.TouchArgs{Queue: f.q, Consumer: "draining", IdleMS: 60_000, Handback: true, Items: []lua.Held{{ID: "h", Entry: c.Started[0].Entry, Attempt: 1}}})
 	if err != nil || !touched[0] {
 		t.Fatalf("handback = %v, %v", touched, err)
 	}
@@ -293,7 +301,7 @@ func TestReclaimHandbackDoesNotCountAsFailure(t *testing.T) {
 func TestReclaimCountsSilentDeathAsFailure(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "k", MaxRetries: 0})
+	f.enqueue(t, lua.NewTask{ID: "k", MaxRetries: 0})
 	f.claim(t, lua.ClaimArgs{Consumer: "gone", Want: 1})
 	idleAll(t, f, 0, "gone", 60_000)
 	r := f.claim(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 4, MinIdleMS: 30_000})
@@ -307,7 +315,7 @@ func TestReclaimCountsSilentDeathAsFailure(t *testing.T) {
 func TestRaceSchedulerClaim(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "later", RunAtMS: f.now + 1000, Priority: 4})
+	f.enqueue(t, lua.NewTask{ID: "later", RunAtMS: f.now + 1000, Priority: 4})
 	if st := f.field(t, "later", "status"); st != "scheduled" {
 		t.Fatalf("status = %q, want scheduled", st)
 	}
@@ -318,7 +326,8 @@ func TestRaceSchedulerClaim(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			due, _, _, err := lua.SchedClaim(f.ctx, f.rdb, f.q, f.now+2000, 100, 0)
+			sc, err := lua.SchedClaim.Run(f.ctx, f.rdb, lua.SchedClaimArgs{Queue: f.q, NowMS: f.now + 2000, Limit: 100, StaleMS: 0})
+			due := sc.Due
 			if err != nil {
 				t.Errorf("sched claim: %v", err)
 			}
@@ -333,13 +342,15 @@ func TestRaceSchedulerClaim(t *testing.T) {
 	if total != 1 {
 		t.Fatalf("due task claimed %d times, want once: %v", total, dues)
 	}
-	enq, _, err := lua.SchedEnqueue(f.ctx, f.rdb, f.q, f.now+2000, []string{"later"})
+	se, err := lua.SchedEnqueue.Run(f.ctx, f.rdb, lua.SchedEnqueueArgs{Queue: f.q, NowMS: f.now + 2000, IDs: []string{"later"}})
+	enq := se.Enqueued
 	if err != nil || len(enq) != 1 {
 		t.Fatalf("enqueue claimed = %v, %v", enq, err)
 	}
 	// A second leader holding the same (stale) claim: dropped, no second XADD.
 	f.rdb.ZAdd(f.ctx, f.q.Claimed(), redis.Z{Score: float64(f.now), Member: "later"})
-	enq, dropped, err := lua.SchedEnqueue(f.ctx, f.rdb, f.q, f.now+2000, []string{"later"})
+	se, err = lua.SchedEnqueue.Run(f.ctx, f.rdb, lua.SchedEnqueueArgs{Queue: f.q, NowMS: f.now + 2000, IDs: []string{"later"}})
+	enq, dropped := se.Enqueued, se.Dropped
 	if err != nil || len(enq) != 0 || len(dropped) != 1 {
 		t.Fatalf("second enqueue = %v dropped %v err %v; want dropped", enq, dropped, err)
 	}
@@ -356,7 +367,8 @@ func TestSchedClaimReturnsStaleClaims(t *testing.T) {
 	f := setup(t)
 	f.rdb.ZAdd(f.ctx, f.q.Claimed(), redis.Z{Score: float64(f.now - 60_000), Member: "old"})
 	f.rdb.ZAdd(f.ctx, f.q.Claimed(), redis.Z{Score: float64(f.now), Member: "fresh"})
-	_, stale, next, err := lua.SchedClaim(f.ctx, f.rdb, f.q, f.now, 100, f.now-10_000)
+	sc, err := lua.SchedClaim.Run(f.ctx, f.rdb, lua.SchedClaimArgs{Queue: f.q, NowMS: f.now, Limit: 100, StaleMS: f.now - 10_000})
+	stale, next := sc.Stale, sc.NextMS
 	if err != nil || len(stale) != 1 || stale[0] != "old" || next != -1 {
 		t.Fatalf("stale = %v next %d err %v; want [old], -1", stale, next, err)
 	}
@@ -365,31 +377,32 @@ func TestSchedClaimReturnsStaleClaims(t *testing.T) {
 func TestCompleteRetryThenDead(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "f", MaxRetries: 1, Priority: 2})
+	f.enqueue(t, lua.NewTask{ID: "f", MaxRetries: 1, Priority: 2})
 	c := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1}).Started[0]
-	ok, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 0, []lua.Completion{{ID: "f", Entry: c.Entry, Band: 2, Attempt: c.Attempt, Outcome: lua.Retry, Text: "boom", RetryMS: f.now + 10}})
-	if err != nil || !ok[0] {
+	ok, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 0, Items: []lua.Completion{{ID: "f", Entry: c.Entry, Band: 2, Attempt: c.Attempt, Outcome: lua.Retry, Text: "boom", RetryMS: f.now + 10}}})
+	if err != nil || ok[0] != lua.CompleteApplied {
 		t.Fatalf("retry: %v %v", ok, err)
 	}
 	if st := f.field(t, "f", "status"); st != "retrying" {
 		t.Fatalf("status = %q, want retrying", st)
 	}
-	due, _, _, _ := lua.SchedClaim(f.ctx, f.rdb, f.q, f.now+10, 10, 0)
-	if _, _, err := lua.SchedEnqueue(f.ctx, f.rdb, f.q, f.now+10, due); err != nil || len(due) != 1 {
+	sc, _ := lua.SchedClaim.Run(f.ctx, f.rdb, lua.SchedClaimArgs{Queue: f.q, NowMS: f.now + 10, Limit: 10, StaleMS: 0})
+	due := sc.Due
+	if _, err := lua.SchedEnqueue.Run(f.ctx, f.rdb, lua.SchedEnqueueArgs{Queue: f.q, NowMS: f.now + 10, IDs: due}); err != nil || len(due) != 1 {
 		t.Fatalf("requeue due %v: %v", due, err)
 	}
 	c2 := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1}).Started
 	if len(c2) != 1 || c2[0].Attempt != 2 || c2[0].Failures != 1 {
 		t.Fatalf("second claim = %+v, want attempt 2 after 1 failure", c2)
 	}
-	ok, err = lua.Complete(f.ctx, f.rdb, f.q, f.now, 0, []lua.Completion{{ID: "f", Entry: c2[0].Entry, Band: 2, Attempt: 2, Outcome: lua.Dead, Text: "boom again"}})
-	if err != nil || !ok[0] {
+	ok, err = lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 0, Items: []lua.Completion{{ID: "f", Entry: c2[0].Entry, Band: 2, Attempt: 2, Outcome: lua.Dead, Text: "boom again"}}})
+	if err != nil || ok[0] != lua.CompleteApplied {
 		t.Fatalf("dead: %v %v", ok, err)
 	}
 	if st, e := f.field(t, "f", "status"), f.field(t, "f", "error"); st != "dead" || e != "boom again" {
 		t.Fatalf("status %q error %q", st, e)
 	}
-	if err := lua.Requeue(f.ctx, f.rdb, f.q, "f", f.now); err != nil {
+	if _, err := lua.Requeue.Run(f.ctx, f.rdb, lua.RequeueArgs{Queue: f.q, ID: "f", NowMS: f.now}); err != nil {
 		t.Fatalf("requeue: %v", err)
 	}
 	c3 := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1}).Started
@@ -401,7 +414,7 @@ func TestCompleteRetryThenDead(t *testing.T) {
 func TestMalformedEntriesBecomeDeadRecords(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "good", Priority: 3})
+	f.enqueue(t, lua.NewTask{ID: "good", Priority: 3})
 	for _, vals := range [][]any{
 		{"foo", "bar"},
 		{"task", "nosuch", "attempt", 0},
@@ -425,7 +438,7 @@ func TestMalformedEntriesBecomeDeadRecords(t *testing.T) {
 	if n := f.rdb.ZCard(f.ctx, f.q.Dead()).Val(); n != 3 {
 		t.Fatalf("dead = %d, want 3", n)
 	}
-	if err := lua.Requeue(f.ctx, f.rdb, f.q, r.Invalid[0].DeadID, f.now); err == nil {
+	if _, err := lua.Requeue.Run(f.ctx, f.rdb, lua.RequeueArgs{Queue: f.q, ID: r.Invalid[0].DeadID, NowMS: f.now}); err == nil {
 		t.Fatalf("requeue of an invalid record succeeded")
 	}
 	if p := f.pending(t, 3); p != 1 {
@@ -436,7 +449,7 @@ func TestMalformedEntriesBecomeDeadRecords(t *testing.T) {
 func TestOversizedPayloadIsDeadNotRun(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "big", Payload: []byte(strings.Repeat("x", 2048))})
+	f.enqueue(t, lua.NewTask{ID: "big", Payload: []byte(strings.Repeat("x", 2048))})
 	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1, MaxPayload: 1024})
 	if len(r.Started) != 0 || len(r.Absorbed) != 1 || r.Absorbed[0].Status != "dead" {
 		t.Fatalf("claim = %+v, want the task killed", r)
@@ -449,7 +462,7 @@ func TestOversizedPayloadIsDeadNotRun(t *testing.T) {
 func TestPausedQueueReadsNothing(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "p"})
+	f.enqueue(t, lua.NewTask{ID: "p"})
 	f.rdb.Set(f.ctx, f.q.Paused(), "1", 0)
 	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1})
 	if !r.Paused || len(r.Started) != 0 {
@@ -464,13 +477,13 @@ func TestPausedQueueReadsNothing(t *testing.T) {
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "q"})
-	f.enqueue(t, lua.EnqueueArgs{ID: "s", RunAtMS: f.now + 60_000})
-	f.enqueue(t, lua.EnqueueArgs{ID: "d"}) // delivered, not yet started
-	if err := lua.Cancel(f.ctx, f.rdb, f.q, "q", "", f.now, 0); err != nil {
+	f.enqueue(t, lua.NewTask{ID: "q"})
+	f.enqueue(t, lua.NewTask{ID: "s", RunAtMS: f.now + 60_000})
+	f.enqueue(t, lua.NewTask{ID: "d"}) // delivered, not yet started
+	if _, err := lua.Cancel.Run(f.ctx, f.rdb, lua.CancelArgs{Queue: f.q, ID: "q", Unique: "", NowMS: f.now, KeepMS: 0}); err != nil {
 		t.Fatal(err)
 	}
-	if err := lua.Cancel(f.ctx, f.rdb, f.q, "s", "", f.now, 0); err != nil {
+	if _, err := lua.Cancel.Run(f.ctx, f.rdb, lua.CancelArgs{Queue: f.q, ID: "s", Unique: "", NowMS: f.now, KeepMS: 0}); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.rdb.ZCard(f.ctx, f.q.Schedule()).Val(); n != 0 {
@@ -484,17 +497,17 @@ func TestCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lua.Cancel(f.ctx, f.rdb, f.q, "d", "", f.now, 0); err != nil {
+	if _, err := lua.Cancel.Run(f.ctx, f.rdb, lua.CancelArgs{Queue: f.q, ID: "d", Unique: "", NowMS: f.now, KeepMS: 0}); err != nil {
 		t.Fatal(err)
 	}
 	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Delivered: []lua.Delivered{{Band: 0, Entry: xs[0].Messages[0].ID}}})
 	if len(r.Started) != 0 || len(r.Absorbed) != 1 || r.Absorbed[0].Status != "cancelled" {
 		t.Fatalf("claim of a cancelled delivery = %+v", r)
 	}
-	if err := lua.Cancel(f.ctx, f.rdb, f.q, "d", "", f.now, 0); err == nil {
+	if _, err := lua.Cancel.Run(f.ctx, f.rdb, lua.CancelArgs{Queue: f.q, ID: "d", Unique: "", NowMS: f.now, KeepMS: 0}); err == nil {
 		t.Fatalf("cancelling a cancelled task succeeded")
 	}
-	if err := lua.Cancel(f.ctx, f.rdb, f.q, "none", "", f.now, 0); err == nil {
+	if _, err := lua.Cancel.Run(f.ctx, f.rdb, lua.CancelArgs{Queue: f.q, ID: "none", Unique: "", NowMS: f.now, KeepMS: 0}); err == nil {
 		t.Fatalf("cancelling a missing task succeeded")
 	}
 }
@@ -506,16 +519,16 @@ func TestLock(t *testing.T) {
 	if !f.rdb.SetNX(f.ctx, lock, "a", 10*time.Second).Val() {
 		t.Fatal("acquire failed")
 	}
-	if ok, _ := lua.LockRenew(f.ctx, f.rdb, lock, "b", 10_000); ok {
+	if ok, _ := lua.LockRenew.Run(f.ctx, f.rdb, lua.LockArgs{Lock: lock, Token: "b", TTLMS: 10_000}); ok {
 		t.Fatal("b renewed a's lock")
 	}
-	if ok, _ := lua.LockRelease(f.ctx, f.rdb, lock, "b"); ok {
+	if ok, _ := lua.LockRelease.Run(f.ctx, f.rdb, lua.LockArgs{Lock: lock, Token: "b"}); ok {
 		t.Fatal("b released a's lock")
 	}
-	if ok, _ := lua.LockRenew(f.ctx, f.rdb, lock, "a", 10_000); !ok {
+	if ok, _ := lua.LockRenew.Run(f.ctx, f.rdb, lua.LockArgs{Lock: lock, Token: "a", TTLMS: 10_000}); !ok {
 		t.Fatal("a could not renew")
 	}
-	if ok, _ := lua.LockRelease(f.ctx, f.rdb, lock, "a"); !ok {
+	if ok, _ := lua.LockRelease.Run(f.ctx, f.rdb, lua.LockArgs{Lock: lock, Token: "a"}); !ok {
 		t.Fatal("a could not release")
 	}
 }
@@ -526,7 +539,7 @@ func TestCompleteKeepsXLenExact(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	for i := 0; i < 8; i++ {
-		f.enqueue(t, lua.EnqueueArgs{ID: fmt.Sprintf("t%d", i)})
+		f.enqueue(t, lua.NewTask{ID: fmt.Sprintf("t%d", i)})
 	}
 	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 6}) // t0..t5 delivered, t6 t7 not
 	if len(r.Started) != 6 {
@@ -540,7 +553,7 @@ func TestCompleteKeepsXLenExact(t *testing.T) {
 			items = append(items, lua.Completion{ID: s.ID, Entry: s.Entry, Band: 0, Attempt: s.Attempt, Outcome: lua.Succeeded})
 			done[i] = true
 		}
-		if _, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 0, items); err != nil {
+		if _, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 0, Items: items}); err != nil {
 			t.Fatal(err)
 		}
 		want := int64(8 - len(done))
@@ -566,7 +579,7 @@ func TestResentClaimGetsTheSameReply(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	for i := 0; i < 3; i++ {
-		f.enqueue(t, lua.EnqueueArgs{ID: fmt.Sprintf("r%d", i)})
+		f.enqueue(t, lua.NewTask{ID: fmt.Sprintf("r%d", i)})
 	}
 	first := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 2, Call: "w.1"})
 	again := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 2, Call: "w.1"})
@@ -596,8 +609,8 @@ func TestResentClaimGetsTheSameReply(t *testing.T) {
 func TestLateResentClaimDropsReclaimedStarts(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "gone", MaxRetries: 3})
-	f.enqueue(t, lua.EnqueueArgs{ID: "kept", MaxRetries: 3})
+	f.enqueue(t, lua.NewTask{ID: "gone", MaxRetries: 3})
+	f.enqueue(t, lua.NewTask{ID: "kept", MaxRetries: 3})
 	first := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 2, Call: "w.1"})
 	if len(first.Started) != 2 {
 		t.Fatalf("claim = %+v", first)
@@ -662,7 +675,7 @@ func TestCompleteOrdersStreamIDsAsNumbers(t *testing.T) {
 			items = append(items, lua.Completion{ID: s.ID, Entry: s.Entry, Band: 0, Attempt: s.Attempt, Outcome: lua.Succeeded})
 			done[eid] = true
 		}
-		if _, err := lua.Complete(f.ctx, f.rdb, f.q, f.now, 0, items); err != nil {
+		if _, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 0, Items: items}); err != nil {
 			t.Fatal(err)
 		}
 		if n, want := f.rdb.XLen(f.ctx, stream).Val(), int64(len(ids)-len(done)); n != want {

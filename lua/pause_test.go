@@ -15,7 +15,7 @@ import (
 func TestPausedClaimReturnsDeliveredEntries(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "a", Priority: 3})
+	f.enqueue(t, lua.NewTask{ID: "a", Priority: 3})
 	xs, err := f.rdb.XReadGroup(f.ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w",
 		Streams: []string{f.q.Stream(3), ">"}, Count: 1}).Result()
 	if err != nil {
@@ -55,9 +55,9 @@ func TestPausedClaimReturnsDeliveredEntries(t *testing.T) {
 func TestPausedClaimReturnsDeliveredInboxRows(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "old"})
+	f.enqueue(t, lua.NewTask{ID: "old"})
 	f.register(t, "w1")
-	f.enqueue(t, lua.EnqueueArgs{ID: "new"}) // the read delivers "old": a "d" row on w1's inbox
+	f.enqueue(t, lua.NewTask{ID: "new"}) // the read delivers "old": a "d" row on w1's inbox
 	f.rdb.Set(f.ctx, f.q.Paused(), "1", 0)
 	r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 5})
 	if len(r.Started) != 0 || len(r.Returned) != 1 || r.Returned[0].ID != "old" {
@@ -73,8 +73,8 @@ func TestPausedClaimReturnsDeliveredInboxRows(t *testing.T) {
 func TestPausedQueueReclaimsNothing(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "r", MaxRetries: 3})
-	f.enqueue(t, lua.EnqueueArgs{ID: "q"})
+	f.enqueue(t, lua.NewTask{ID: "r", MaxRetries: 3})
+	f.enqueue(t, lua.NewTask{ID: "q"})
 	if r := f.claim(t, lua.ClaimArgs{Consumer: "dead-worker", Want: 1}); len(r.Started) != 1 {
 		t.Fatalf("first claim = %+v", r)
 	}

@@ -7,9 +7,9 @@
 -- ARGV[2]  now ms
 -- ARGV[3]  task id
 --
--- returns {1, entry id} requeued, or {0, reason}
+-- returns {1, entry id} requeued, {0, reason}, or {-1, "missing"} when there is no such task
 local t = redis.call("HMGET", KEYS[2], "status", "priority", "attempt", "function")
-if not t[1] then return {0, "missing"} end
+if not t[1] then return {-1, "missing"} end
 if t[1] ~= "dead" then return {0, "status is " .. t[1]} end
 if not t[4] or t[4] == "" then return {0, "invalid entry record: nothing to run"} end
 local p = tonumber(t[2]) or 0

@@ -49,7 +49,7 @@ local function rescue(worker, f)
     local h = KEYS[2] .. f.i
     local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry", "worker", "handback")
     -- only while the task is still the hand-off's: running from that entry for that worker
-    if ok and t[1] == "running" and t[2] == f.a and t[3] == f.e and t[4] == worker and t[5] == f.a then
+    if ok and is_current(t, f.a, f.e) and t[4] == worker and t[5] == f.a then
       -- started for the worker and never run: undone, back to attempt 0
       local new = requeue(band, f.e, f.i, "0")
       redis.call("HSET", h, "status", "queued", "attempt", "0", "entry", new, "worker", "",
@@ -94,8 +94,7 @@ for _, note in ipairs(notes) do
         if not e then break end
         redis.call("XDEL", inbox, e[1])
         if e[1] ~= row then redis.call("ZREM", KEYS[1], worker .. " " .. e[1]) end
-        local f = {}
-        for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
+        local f = inbox_fields(e[2])
         rescue(worker, f)
         if e[1] == row then break end
       end

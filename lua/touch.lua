@@ -24,7 +24,7 @@ for i = 0, n - 1 do
   local eid, attempt = ARGV[6 + 2 * i], ARGV[7 + 2 * i]
   -- pcall: a task key clobbered with another type is simply no longer this execution's
   local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry")
-  if ok and t[1] == "running" and t[2] == attempt and t[3] == eid then
+  if ok and is_current(t, attempt, eid) then
     redis.call("XCLAIM", stream, group, consumer, 0, eid, "IDLE", idle, "JUSTID")
     if handback then redis.call("HSET", h, "handback", attempt) end
     out[#out + 1] = 1

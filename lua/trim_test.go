@@ -17,14 +17,15 @@ import (
 // died at diedMS.
 func (f *fixture) kill(t *testing.T, id, unique string, diedMS int64) {
 	t.Helper()
-	f.enqueue(t, lua.EnqueueArgs{ID: id, Unique: unique})
+	f.enqueue(t, lua.NewTask{ID: id, Unique: unique})
 	s := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1}).Started
 	if len(s) != 1 || s[0].ID != id {
 		t.Fatalf("claim of %s = %+v", id, s)
 	}
-	ok, err := lua.Complete(f.ctx, f.rdb, f.q, diedMS, 0, []lua.Completion{{ID: id, Entry: s[0].Entry, Band: s[0].Band,
-		Attempt: s[0].Attempt, Unique: unique, Outcome: lua.Dead, Text: "boom"}})
-	if err != nil || !ok[0] {
+	ok, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: diedMS, KeepMS: 0, Items: []lua.Completion{{ID: id, Entry: s[0].Entry, Band: s[0].Band,
+		Attempt: s[0].Attempt, Unique: unique, Outcome: lua.Dead, Text: "boom"}}})
+
+	if err != nil || ok[0] != lua.CompleteApplied {
 		t.Fatalf("complete %s dead: %v %v", id, ok, err)
 	}
 }
@@ -34,7 +35,8 @@ func (f *fixture) trim(t *testing.T, a lua.TrimDeadArgs) lua.TrimDeadResult {
 	if a.NowMS == 0 {
 		a.NowMS = f.now
 	}
-	r, err := lua.TrimDead(f.ctx, f.rdb, f.q, a)
+	a.Queue = f.q
+	r, err := lua.TrimDead.Run(f.ctx, f.rdb, a)
 	if err != nil {
 		t.Fatalf("trim dead: %v", err)
 	}
@@ -143,8 +145,8 @@ func TestTrimDeadIsBoundedPerCall(t *testing.T) {
 	if c := f.trimmedCount(t); c != "6" {
 		t.Fatalf("dead_trimmed = %q, want 6", c)
 	}
-	for _, bad := range []lua.TrimDeadArgs{{Limit: 0}, {Limit: lua.TrimDeadMaxLimit + 1}, {Limit: 1, Max: -1}, {Limit: 1, TTLMS: -1}} {
-		if _, err := lua.TrimDead(f.ctx, f.rdb, f.q, bad); err == nil {
+	for _, bad := range []lua.TrimDeadArgs{{Queue: f.q, Limit: 0}, {Queue: f.q, Limit: lua.TrimDeadMaxLimit + 1}, {Queue: f.q, Limit: 1, Max: -1}, {Queue: f.q, Limit: 1, TTLMS: -1}} {
+		if _, err := lua.TrimDead.Run(f.ctx, f.rdb, bad); err == nil {
 			t.Errorf("trim with %+v: no error", bad)
 		}
 	}
@@ -158,7 +160,7 @@ func TestTrimDeadUniqueKeys(t *testing.T) {
 	f.kill(t, "own", "k-own", f.now-3)       // holds its key: the key goes with it
 	f.kill(t, "passed", "k-passed", f.now-2) // its key passes on to "heir"
 	f.kill(t, "other", "k-other", f.now-1)   // its key was made to name "x"
-	f.enqueue(t, lua.EnqueueArgs{ID: "heir", Unique: "k-passed", ReuseUnique: true})
+	f.enqueue(t, lua.NewTask{ID: "heir", Unique: "k-passed", ReuseUnique: true})
 	f.rdb.Set(f.ctx, f.q.Unique("k-other"), "x", 0)
 	if r := f.trim(t, lua.TrimDeadArgs{Max: 0, TTLMS: 1, Limit: 100}); r.Trimmed != 3 {
 		t.Fatalf("trim = %+v, want all 3 dead tasks", r)
@@ -173,10 +175,10 @@ func TestTrimDeadUniqueKeys(t *testing.T) {
 		t.Fatalf("the key naming another task names %q, want x", got)
 	}
 	// the freed key takes a new task; the passed one is still taken
-	if _, created, err := lua.Enqueue(f.ctx, f.rdb, f.q, lua.EnqueueArgs{ID: "n1", Function: "noop", NowMS: f.now, Unique: "k-own"}); err != nil || !created {
+	if _, created, err := f.enqueueOne(lua.NewTask{ID: "n1", Function: "noop", Unique: "k-own"}); err != nil || !created {
 		t.Fatalf("enqueue under the freed key: created=%v err=%v", created, err)
 	}
-	if id, created, _ := lua.Enqueue(f.ctx, f.rdb, f.q, lua.EnqueueArgs{ID: "n2", Function: "noop", NowMS: f.now, Unique: "k-passed"}); created || id != "heir" {
+	if id, created, _ := f.enqueueOne(lua.NewTask{ID: "n2", Function: "noop", Unique: "k-passed"}); created || id != "heir" {
 		t.Fatalf("enqueue under the heir's key: created=%v holder %q, want heir's", created, id)
 	}
 }
@@ -185,7 +187,7 @@ func TestTrimDeadUniqueKeys(t *testing.T) {
 func TestTrimDeadInvalidRecords(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "seed"}) // creates the band and its group
+	f.enqueue(t, lua.NewTask{ID: "seed"}) // creates the band and its group
 	for _, vals := range [][]any{{"foo", "bar"}, {"task", "nosuch", "attempt", 0}} {
 		if err := f.rdb.XAdd(f.ctx, &redis.XAddArgs{Stream: f.q.Stream(0), Values: vals}).Err(); err != nil {
 			t.Fatal(err)
@@ -247,7 +249,7 @@ func TestTrimDeadWrongTypeKeys(t *testing.T) {
 			key := c.key(f.q)
 			f.rdb.Del(f.ctx, key)
 			f.rdb.Set(f.ctx, key, "x", 0)
-			_, err := lua.TrimDead(f.ctx, f.rdb, f.q, lua.TrimDeadArgs{NowMS: f.now, TTLMS: 1, Limit: 10})
+			_, err := lua.TrimDead.Run(f.ctx, f.rdb, lua.TrimDeadArgs{Queue: f.q, NowMS: f.now, TTLMS: 1, Limit: 10})
 			if !lua.IsKeyError(err) {
 				t.Fatalf("trim over a string %s: %v, want a key error", c.name, err)
 			}
@@ -272,13 +274,13 @@ func TestRequeueAfterTrim(t *testing.T) {
 	if r := f.trim(t, lua.TrimDeadArgs{Max: 1, Limit: 10}); r.Trimmed != 1 {
 		t.Fatalf("trim = %+v, want one", r)
 	}
-	if err := lua.Requeue(f.ctx, f.rdb, f.q, "kept", f.now); err != nil {
+	if _, err := lua.Requeue.Run(f.ctx, f.rdb, lua.RequeueArgs{Queue: f.q, ID: "kept", NowMS: f.now}); err != nil {
 		t.Fatalf("requeue of a kept dead task: %v", err)
 	}
 	if s := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1}).Started; len(s) != 1 || s[0].ID != "kept" {
 		t.Fatalf("claim after requeue = %+v, want kept", s)
 	}
-	if err := lua.Requeue(f.ctx, f.rdb, f.q, "old", f.now); !errors.Is(err, lua.ErrNotFound) {
+	if _, err := lua.Requeue.Run(f.ctx, f.rdb, lua.RequeueArgs{Queue: f.q, ID: "old", NowMS: f.now}); !errors.Is(err, lua.ErrNotFound) {
 		t.Fatalf("requeue of a trimmed task: %v, want ErrNotFound", err)
 	}
 	if n := f.rdb.ZCard(f.ctx, f.q.Dead()).Val(); n != 0 {
@@ -297,10 +299,10 @@ func TestTrimDeadRunsOutOfMemory(t *testing.T) {
 	payload := []byte(strings.Repeat("x", 64<<10))
 	for i := range 40 {
 		id := fmt.Sprintf("t%d", i)
-		f.enqueue(t, lua.EnqueueArgs{ID: id, Payload: payload})
+		f.enqueue(t, lua.NewTask{ID: id, Payload: payload})
 		s := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1}).Started
-		if _, err := lua.Complete(f.ctx, f.rdb, f.q, f.now+int64(i), 0, []lua.Completion{{ID: id, Entry: s[0].Entry,
-			Attempt: s[0].Attempt, Outcome: lua.Dead, Text: "boom"}}); err != nil {
+		if _, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now + int64(i), KeepMS: 0, Items: []lua.Completion{{ID: id, Entry: s[0].Entry,
+			Attempt: s[0].Attempt, Outcome: lua.Dead, Text: "boom"}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -314,13 +316,13 @@ func TestTrimDeadRunsOutOfMemory(t *testing.T) {
 	if err := f.rdb.ConfigSet(f.ctx, "maxmemory", fmt.Sprint(mem-(256<<10))).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := lua.Enqueue(f.ctx, f.rdb, f.q, lua.EnqueueArgs{ID: "new", Function: "noop", NowMS: f.now}); err == nil || !strings.Contains(err.Error(), "OOM") {
+	if _, _, err := f.enqueueOne(lua.NewTask{ID: "new", Function: "noop"}); !redis.HasErrorPrefix(err, "OOM") {
 		t.Fatalf("enqueue at maxmemory: %v, want OOM", err)
 	}
 	if r := f.trim(t, lua.TrimDeadArgs{Max: 10, Limit: 100}); r.Trimmed != 30 {
 		t.Fatalf("trim at maxmemory = %+v, want 30 trimmed", r)
 	}
-	if _, _, err := lua.Enqueue(f.ctx, f.rdb, f.q, lua.EnqueueArgs{ID: "new", Function: "noop", NowMS: f.now}); err != nil {
+	if _, _, err := f.enqueueOne(lua.NewTask{ID: "new", Function: "noop"}); err != nil {
 		t.Fatalf("enqueue after the trim: %v", err)
 	}
 }
@@ -338,7 +340,7 @@ func TestTrimDeadOnCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := lua.TrimDead(f.ctx, rdb, f.q, lua.TrimDeadArgs{NowMS: f.now, TTLMS: 1, Limit: 10})
+	r, err := lua.TrimDead.Run(f.ctx, rdb, lua.TrimDeadArgs{Queue: f.q, NowMS: f.now, TTLMS: 1, Limit: 10})
 	if err != nil || r.Trimmed != 1 {
 		t.Fatalf("trim on a cluster = %+v, %v", r, err)
 	}

@@ -15,14 +15,14 @@ func TestFailedEnqueueLeavesNoUniqueKey(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name   string
-		args   lua.EnqueueArgs
+		args   lua.NewTask
 		break_ func(f *fixture) string // breaks a key and returns it
 	}{
-		{"a band stream of another type", lua.EnqueueArgs{ID: "a", Priority: 4, Unique: "u"}, func(f *fixture) string {
+		{"a band stream of another type", lua.NewTask{ID: "a", Priority: 4, Unique: "u"}, func(f *fixture) string {
 			f.rdb.Set(f.ctx, f.q.Stream(4), "not a stream", 0)
 			return f.q.Stream(4)
 		}},
-		{"a schedule of another type", lua.EnqueueArgs{ID: "a", RunAtMS: 1 << 50, Unique: "u"}, func(f *fixture) string {
+		{"a schedule of another type", lua.NewTask{ID: "a", RunAtMS: 1 << 50, Unique: "u"}, func(f *fixture) string {
 			f.rdb.Set(f.ctx, f.q.Schedule(), "not a zset", 0)
 			return f.q.Schedule()
 		}},
@@ -31,8 +31,8 @@ func TestFailedEnqueueLeavesNoUniqueKey(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
 			key := c.break_(f)
-			c.args.Function, c.args.NowMS = "noop", f.now
-			if _, _, err := lua.Enqueue(f.ctx, f.rdb, f.q, c.args); err == nil {
+			c.args.Function = "noop"
+			if _, _, err := f.enqueueOne(c.args); err == nil {
 				t.Fatal("enqueue over a wrong-type key succeeded")
 			}
 			if n := f.rdb.Exists(f.ctx, f.q.Unique("u"), f.q.Task("a")).Val(); n != 0 {
@@ -40,7 +40,7 @@ func TestFailedEnqueueLeavesNoUniqueKey(t *testing.T) {
 			}
 			f.rdb.Del(f.ctx, key)
 			c.args.ID = "b"
-			id, created, err := lua.Enqueue(f.ctx, f.rdb, f.q, c.args)
+			id, created, err := f.enqueueOne(c.args)
 			if err != nil || !created || id != "b" {
 				t.Fatalf("enqueue after the mend = %q created=%v err=%v; want b created", id, created, err)
 			}
@@ -54,7 +54,7 @@ func TestEnqueueSurvivesABrokenWaitingSet(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.rdb.Set(f.ctx, f.q.Waiting(), "not a zset", 0)
-	f.enqueue(t, lua.EnqueueArgs{ID: "a", Unique: "u"})
+	f.enqueue(t, lua.NewTask{ID: "a", Unique: "u"})
 	if st := f.field(t, "a", "status"); st != "queued" {
 		t.Fatalf("status %q, want queued", st)
 	}
@@ -68,17 +68,17 @@ func TestEnqueueSurvivesABrokenWaitingSet(t *testing.T) {
 func TestUniqueKeyHolders(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.enqueue(t, lua.EnqueueArgs{ID: "q", Unique: "queued"})
-	f.enqueue(t, lua.EnqueueArgs{ID: "d", Unique: "dead"})
-	f.enqueue(t, lua.EnqueueArgs{ID: "c", Unique: "cancelled"})
-	f.enqueue(t, lua.EnqueueArgs{ID: "g", Unique: "gone"})
+	f.enqueue(t, lua.NewTask{ID: "q", Unique: "queued"})
+	f.enqueue(t, lua.NewTask{ID: "d", Unique: "dead"})
+	f.enqueue(t, lua.NewTask{ID: "c", Unique: "cancelled"})
+	f.enqueue(t, lua.NewTask{ID: "g", Unique: "gone"})
 	f.rdb.HSet(f.ctx, f.q.Task("d"), "status", "dead")
-	if err := lua.Cancel(f.ctx, f.rdb, f.q, "c", f.q.Unique("cancelled"), f.now, 0); err != nil {
+	if _, err := lua.Cancel.Run(f.ctx, f.rdb, lua.CancelArgs{Queue: f.q, ID: "c", Unique: f.q.Unique("cancelled"), NowMS: f.now, KeepMS: 0}); err != nil {
 		t.Fatal(err)
 	}
 	f.rdb.Del(f.ctx, f.q.Task("g"))
 
-	rs := f.enqueueBatch(t, []lua.EnqueueArgs{
+	rs := f.enqueueBatch(t, []lua.NewTask{
 		{ID: "q2", Unique: "queued", ReuseUnique: true},
 		{ID: "d2", Unique: "dead"},
 		{ID: "c2", Unique: "cancelled"},
@@ -94,7 +94,7 @@ func TestUniqueKeyHolders(t *testing.T) {
 			t.Errorf("task %d = %+v, want id %s created %v holder status %q", i, rs[i], w.id, w.created, w.status)
 		}
 	}
-	rs = f.enqueueBatch(t, []lua.EnqueueArgs{
+	rs = f.enqueueBatch(t, []lua.NewTask{
 		{ID: "d3", Unique: "dead", ReuseUnique: true},
 		{ID: "c3", Unique: "cancelled", ReuseUnique: true},
 	})

@@ -167,14 +167,14 @@ func (e *env) finish(queue string, outcome lua.Outcome) string {
 	ctx := context.Background()
 	q := e.ks.Queue(queue)
 	now := time.Now().UnixMilli()
-	res, err := lua.Claim(ctx, e.rdb, q, lua.ClaimArgs{Consumer: "w1", NowMS: now, Want: 1, MaxPayload: 1 << 20})
+	res, err := lua.Claim.Run(ctx, e.rdb, lua.ClaimArgs{Queue: q, Consumer: "w1", NowMS: now, Want: 1, MaxPayload: 1 << 20})
 	if err != nil || len(res.Started) != 1 {
 		e.t.Fatalf("claim: %d, %v", len(res.Started), err)
 	}
 	s := res.Started[0]
 	if outcome != 0 {
-		if _, err := lua.Complete(ctx, e.rdb, q, now, 0, []lua.Completion{{ID: s.ID, Entry: s.Entry, Band: s.Band,
-			Attempt: s.Attempt, Outcome: outcome, Text: "boom", RetryMS: now + 3600_000}}); err != nil {
+		if _, err := lua.Complete.Run(ctx, e.rdb, lua.CompleteArgs{Queue: q, NowMS: now, KeepMS: 0, Items: []lua.Completion{{ID: s.ID, Entry: s.Entry, Band: s.Band,
+			Attempt: s.Attempt, Outcome: outcome, Text: "boom", RetryMS: now + 3600_000}}}); err != nil {
 			e.t.Fatal(err)
 		}
 	}

@@ -71,7 +71,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for done := 0; done < b.N; {
-		r, err := lua.Claim(ctx, e.rdb, q, lua.ClaimArgs{Consumer: "b", Want: 32, MaxPayload: 1 << 20})
+		r, err := lua.Claim.Run(ctx, e.rdb, lua.ClaimArgs{Queue: q, Consumer: "b", Want: 32, MaxPayload: 1 << 20})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 		for i, s := range r.Started {
 			items[i] = lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded}
 		}
-		if _, err := lua.Complete(ctx, e.rdb, q, 0, 60000, items); err != nil {
+		if _, err := lua.Complete.Run(ctx, e.rdb, lua.CompleteArgs{Queue: q, NowMS: 0, KeepMS: 60000, Items: items}); err != nil {
 			b.Fatal(err)
 		}
 		done += len(r.Started)

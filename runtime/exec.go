@@ -335,12 +335,12 @@ func (w *Worker) completeBatch(batch []*execution) {
 // completeWithRetry retries a failed completion call with backoff: the outcome must
 // reach Redis or the task runs again after the visibility timeout. It gives up (nil)
 // only when the worker is past its drain and Redis still does not answer.
-func (w *Worker) completeWithRetry(q keys.Queue, items []lua.Completion) []int64 {
+func (w *Worker) completeWithRetry(q keys.Queue, items []lua.Completion) []lua.CompleteCode {
 	delay := 50 * time.Millisecond
 	giveUpAt := time.Time{}
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		codes, err := lua.CompleteCodes(ctx, w.rdb, q, w.now().UnixMilli(), w.keepMS, items)
+		codes, err := lua.Complete.Run(ctx, w.rdb, lua.CompleteArgs{Queue: q, NowMS: w.now().UnixMilli(), KeepMS: w.keepMS, Items: items})
 		cancel()
 		if err == nil {
 			return codes

@@ -114,7 +114,7 @@ func (w *Worker) reapOnce(ctx context.Context, calls *calls) (int, error) {
 		// reclaim every live worker's entries (all idle past the visibility timeout by
 		// then) before their owners could touch them.
 		cctx, cancel := context.WithTimeout(ctx, w.reclaimCallBound())
-		res, err := lua.Claim(cctx, w.rdb, q, lua.ClaimArgs{
+		res, err := lua.Claim.Run(cctx, w.rdb, lua.ClaimArgs{Queue: q,
 			Consumer: w.id, NowMS: w.now().UnixMilli(), Reclaim: true, Want: budget,
 			MinIdleMS: w.vtMS, MaxPayload: w.cfg.MaxPayloadBytes, Call: call, Previous: prev,
 			Holds: holds[q.Name],
@@ -174,17 +174,18 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 	qs := slices.DeleteFunc(w.scheduledQueues(), func(q keys.Queue) bool { return w.schedFaults.skip(q.Name) })
 
 	p := w.rdb.Pipeline()
-	var renew *redis.Cmd
+	var renew *lua.Pending[bool]
 	var acquire *redis.BoolCmd
-	var claims, rescues []*redis.Cmd
+	var claims []*lua.Pending[lua.SchedClaimResult]
+	var rescues []*lua.Pending[[]string]
 	var names *redis.StringSliceCmd
 	if wasLeader {
 		if nowMS-w.lockedAt.Load() >= ttl/3 {
-			renew = lua.LockRenewCmd(ctx, p, lock, w.id, ttl)
+			renew = lua.LockRenew.Queue(ctx, p, lua.LockArgs{Lock: lock, Token: w.id, TTLMS: ttl})
 		}
 		for _, q := range qs {
-			claims = append(claims, lua.SchedClaimCmd(ctx, p, q, nowMS, schedBatch, nowMS-ttl))
-			rescues = append(rescues, lua.RescueCmd(ctx, p, q, nowMS, nowMS-lua.RescueAge.Milliseconds(), rescueBatch))
+			claims = append(claims, lua.SchedClaim.Queue(ctx, p, lua.SchedClaimArgs{Queue: q, NowMS: nowMS, Limit: schedBatch, StaleMS: nowMS - ttl}))
+			rescues = append(rescues, lua.Rescue.Queue(ctx, p, lua.RescueArgs{Queue: q, NowMS: nowMS, CutoffMS: nowMS - lua.RescueAge.Milliseconds(), Limit: rescueBatch}))
 		}
 		names = p.SMembers(ctx, w.ks.Queues())
 	} else {
@@ -195,7 +196,8 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 		w.queueHeartbeat(ctx, p, w.status())
 	}
 	_, err := p.Exec(ctx)
-	if err != nil && (lua.IsNoScript(err) || slices.ContainsFunc(append(claims, rescues...), func(c *redis.Cmd) bool { return lua.IsNoScript(c.Err()) })) {
+	if err != nil && (lua.IsNoScript(err) || slices.ContainsFunc(claims, (*lua.Pending[lua.SchedClaimResult]).NoScript) ||
+		slices.ContainsFunc(rescues, (*lua.Pending[[]string]).NoScript)) {
 		// Redis lost its script cache (a restart): load the scripts; the next pass redoes this one.
 		return lua.Load(ctx, w.rdb)
 	}
@@ -219,7 +221,7 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 		return nil // the first pass as leader runs at the next tick
 	}
 	if renew != nil {
-		if ok, _ := lua.LockRenewResult(renew); ok {
+		if ok, _ := renew.Result(); ok {
 			w.lockedAt.Store(nowMS)
 		} else {
 			w.leader.Store(false)
@@ -261,8 +263,8 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 
 // scheduleResults acts on one queue's rescue and scheduler claim of a pass: it reports
 // the rescued hand-offs and enqueues the claimed tasks (working off a backlog).
-func (w *Worker) scheduleResults(ctx context.Context, q keys.Queue, nowMS, ttl int64, claim, rescue *redis.Cmd) error {
-	ids, rerr := lua.RescueResult(q, rescue)
+func (w *Worker) scheduleResults(ctx context.Context, q keys.Queue, nowMS, ttl int64, claim *lua.Pending[lua.SchedClaimResult], rescue *lua.Pending[[]string]) error {
+	ids, rerr := rescue.Result()
 	if len(ids) > 0 {
 		w.metrics.rescued.Add(float64(len(ids)))
 		w.log.Warn("scheduler: put back tasks handed to a worker that never read them", "queue", q.Name, "count", len(ids))
@@ -270,14 +272,14 @@ func (w *Worker) scheduleResults(ctx context.Context, q keys.Queue, nowMS, ttl i
 			w.publish(Event{Type: EventHandoffRescued, Queue: q.Name, TaskID: id})
 		}
 	}
-	due, stale, _, err := lua.SchedClaimResult(q, claim)
+	sc, err := claim.Result()
 	if err != nil {
 		return err
 	}
-	if err := w.enqueueClaimed(ctx, q, nowMS, due, stale); err != nil {
+	if err := w.enqueueClaimed(ctx, q, nowMS, sc.Due, sc.Stale); err != nil {
 		return err
 	}
-	if len(due) == schedBatch { // a backlog: work it off now, batch by batch
+	if len(sc.Due) == schedBatch { // a backlog: work it off now, batch by batch
 		if err := w.scheduleQueue(ctx, q, ttl); err != nil {
 			return err
 		}
@@ -326,11 +328,11 @@ func (w *Worker) enqueueClaimed(ctx context.Context, q keys.Queue, nowMS int64, 
 	if len(ids) == 0 {
 		return nil
 	}
-	enq, _, err := lua.SchedEnqueue(ctx, w.rdb, q, nowMS, ids)
+	r, err := lua.SchedEnqueue.Run(ctx, w.rdb, lua.SchedEnqueueArgs{Queue: q, NowMS: nowMS, IDs: ids})
 	if err != nil {
 		return err // the claims stay in the claimed set; a later pass takes them as stale
 	}
-	if len(enq) > 0 {
+	if enq := r.Enqueued; len(enq) > 0 {
 		w.metrics.scheduled.Add(float64(len(enq)))
 		w.publish(Event{Type: EventScheduled, Queue: q.Name, Detail: strconv.Itoa(len(enq))})
 	}
@@ -347,14 +349,14 @@ const rescueBatch = 100
 func (w *Worker) scheduleQueue(ctx context.Context, q keys.Queue, lockTTL int64) error {
 	for i := 0; i < 100; i++ {
 		nowMS := w.now().UnixMilli()
-		due, stale, _, err := lua.SchedClaim(ctx, w.rdb, q, nowMS, schedBatch, nowMS-lockTTL)
+		sc, err := lua.SchedClaim.Run(ctx, w.rdb, lua.SchedClaimArgs{Queue: q, NowMS: nowMS, Limit: schedBatch, StaleMS: nowMS - lockTTL})
 		if err != nil {
 			return err
 		}
-		if err := w.enqueueClaimed(ctx, q, nowMS, due, stale); err != nil {
+		if err := w.enqueueClaimed(ctx, q, nowMS, sc.Due, sc.Stale); err != nil {
 			return err
 		}
-		if len(due) < schedBatch {
+		if len(sc.Due) < schedBatch {
 			return nil
 		}
 	}
@@ -445,7 +447,7 @@ func (w *Worker) touchHeld(ctx context.Context) {
 			hs[i] = e.heldRef()
 		}
 		tctx, cancel := context.WithTimeout(ctx, max(time.Second, w.cfg.HeartbeatInterval()))
-		ok, err := lua.Touch(tctx, w.rdb, w.byName[name], w.id, 0, false, hs)
+		ok, err := lua.Touch.Run(tctx, w.rdb, lua.TouchArgs{Queue: w.byName[name], Consumer: w.id, IdleMS: 0, Handback: false, Items: hs})
 		cancel()
 		if err != nil {
 			w.metrics.redisErrors.WithLabelValues("touch").Inc()

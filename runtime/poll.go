@@ -88,7 +88,7 @@ func (w *Worker) fetch(ctx context.Context, calls *calls, capacity int64, paused
 		if w.waitsOn(i, paused) {
 			until = now.Add(w.blockFor() + registrationSlack).UnixMilli()
 		}
-		res, err := lua.Claim(ctx, w.rdb, q, lua.ClaimArgs{
+		res, err := lua.Claim.Run(ctx, w.rdb, lua.ClaimArgs{Queue: q,
 			Consumer: w.id, NowMS: now.UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
 			Call: call, Previous: prev, RegisterUntilMS: until, Tag: w.callTag, Received: calls.recv[q.Name],
 		})
@@ -257,7 +257,7 @@ func (w *Worker) block(ctx context.Context, calls *calls, capacity int64, paused
 		}
 		want := max(0, min(capacity-int64(len(d)), batchMax))
 		call, prev := calls.next(q.Name)
-		res, err := lua.Claim(ctx, w.rdb, q, lua.ClaimArgs{
+		res, err := lua.Claim.Run(ctx, w.rdb, lua.ClaimArgs{Queue: q,
 			Consumer: w.id, NowMS: w.now().UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
 			Delivered: d, Call: call, Previous: prev, Received: calls.recv[q.Name],
 		})
@@ -323,7 +323,7 @@ func (w *Worker) leave() {
 	held := map[string][]lua.Held{}
 	delivered := map[string][]lua.Delivered{}
 	for _, q := range w.queues {
-		left, err := lua.Leave(ctx, w.rdb, q, w.id, w.callTag, w.cfg.MaxPayloadBytes)
+		left, err := lua.Leave.Run(ctx, w.rdb, lua.LeaveArgs{Queue: q, Consumer: w.id, Tag: w.callTag, MaxPayload: w.cfg.MaxPayloadBytes})
 		if err != nil {
 			w.log.Warn("drain: leaving the hand-off registration failed; it lapses by itself", "queue", q.Name, "err", err)
 			continue
@@ -440,7 +440,7 @@ func (w *Worker) ensureGroups(ctx context.Context) error {
 			}
 			// the inbox lapsed (its worker was busy for ten minutes): as the claim makes it
 			p.XGroupCreateMkStream(ctx, q.Inbox(w.id), keys.Group, "0")
-			p.PExpire(ctx, q.Inbox(w.id), 10*time.Minute)
+			p.PExpire(ctx, q.Inbox(w.id), lua.InboxTTL)
 		}
 		return nil
 	})

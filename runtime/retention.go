@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/lua"
 )
@@ -88,17 +86,18 @@ func (w *Worker) trimDead(ctx context.Context) {
 func (w *Worker) trimRound(ctx context.Context, r *retention, qs []keys.Queue, trimmed map[string]int64, reloaded bool) (more []keys.Queue, stop bool) {
 	a := lua.TrimDeadArgs{NowMS: w.now().UnixMilli(), Max: w.cfg.DeadMax, TTLMS: int64(w.cfg.DeadTTLS * 1000), Limit: deadTrimBatch}
 	p := w.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, 0, len(qs))
+	cmds := make([]*lua.Pending[lua.TrimDeadResult], 0, len(qs))
 	for _, q := range qs {
-		c, err := lua.TrimDeadCmd(ctx, p, q, a)
-		if err != nil { // the arguments are fixed and valid: a bug
+		a.Queue = q
+		c := lua.TrimDead.Queue(ctx, p, a)
+		if err := c.Err(); err != nil { // refused before Exec: the arguments are fixed and valid, a bug
 			w.log.Error("retention: bad trim arguments", "err", err)
 			return qs, true
 		}
 		cmds = append(cmds, c)
 	}
 	_, err := p.Exec(ctx)
-	if err != nil && (lua.IsNoScript(err) || slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return lua.IsNoScript(c.Err()) })) {
+	if err != nil && (lua.IsNoScript(err) || slices.ContainsFunc(cmds, (*lua.Pending[lua.TrimDeadResult]).NoScript)) {
 		// Redis lost its script cache (a restart), or never had the script: load it and
 		// run the round again. A Redis that refuses it (before 7.0: no script flags) is
 		// asked again at the next sweep.
@@ -122,7 +121,7 @@ func (w *Worker) trimRound(ctx context.Context, r *retention, qs []keys.Queue, t
 		return qs, true
 	}
 	for i, q := range qs {
-		res, err := lua.TrimDeadReply(q, cmds[i])
+		res, err := cmds[i].Result()
 		if err != nil {
 			if lua.IsKeyError(err) {
 				r.faults.fail(q.Name, lua.Diagnose(ctx, w.rdb, q, "", "trim dead tasks", err))

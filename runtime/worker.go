@@ -297,7 +297,7 @@ func (w *Worker) drain(loops *sync.WaitGroup) {
 
 	if w.leader.Load() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if _, err := lua.LockRelease(ctx, w.rdb, w.ks.SchedulerLock(), w.id); err != nil {
+		if _, err := lua.LockRelease.Run(ctx, w.rdb, lua.LockArgs{Lock: w.ks.SchedulerLock(), Token: w.id}); err != nil {
 			w.log.Warn("scheduler: lock release failed", "err", err)
 		}
 		cancel()
@@ -381,7 +381,7 @@ func (w *Worker) touchBack(byQueue map[string][]lua.Held) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	for name, hs := range byQueue {
-		ok, err := lua.Touch(ctx, w.rdb, w.byName[name], w.id, w.vtMS, true, hs)
+		ok, err := lua.Touch.Run(ctx, w.rdb, lua.TouchArgs{Queue: w.byName[name], Consumer: w.id, IdleMS: w.vtMS, Handback: true, Items: hs})
 		if err != nil {
 			w.log.Warn("drain: hand back failed; peers reclaim after the visibility timeout", "queue", name, "err", err)
 			continue

@@ -160,18 +160,25 @@ func TestEmbeddedRunsEveryScript(t *testing.T) {
 		for i := range payload {
 			payload[i] = byte(i)
 		}
-		a, created, err := lua.Enqueue(ctx, rdb, q, lua.EnqueueArgs{ID: "a", Function: "f", Payload: payload, Priority: 3,
-			MaxRetries: 5, NowMS: now, RunAtMS: now, Unique: "ua"})
+		enqueue := func(nt lua.NewTask) (string, bool, error) {
+			rs, err := lua.Enqueue.Run(ctx, rdb, lua.EnqueueArgs{Queue: q, NowMS: now, Tasks: []lua.NewTask{nt}})
+			if err != nil {
+				return "", false, err
+			}
+			return rs[0].ID, rs[0].Created, rs[0].Err
+		}
+		a, created, err := enqueue(lua.NewTask{ID: "a", Function: "f", Payload: payload, Priority: 3,
+			MaxRetries: 5, RunAtMS: now, Unique: "ua"})
 		if err != nil || !created || a != "a" {
 			t.Fatalf("enqueue: %q %v %v", a, created, err)
 		}
-		if _, created, _ := lua.Enqueue(ctx, rdb, q, lua.EnqueueArgs{ID: "a2", Function: "f", NowMS: now, RunAtMS: now, Unique: "ua"}); created {
+		if _, created, _ := enqueue(lua.NewTask{ID: "a2", Function: "f", RunAtMS: now, Unique: "ua"}); created {
 			t.Fatal("a second task with a taken unique key was created")
 		}
 
 		claim := func(consumer, call, prev string, reclaim bool) lua.ClaimResult {
 			t.Helper()
-			r, err := lua.Claim(ctx, rdb, q, lua.ClaimArgs{Consumer: consumer, NowMS: now, Reclaim: reclaim, Want: 10,
+			r, err := lua.Claim.Run(ctx, rdb, lua.ClaimArgs{Queue: q, Consumer: consumer, NowMS: now, Reclaim: reclaim, Want: 10,
 				MaxPayload: 1 << 20, Call: call, Previous: prev, Tag: consumer})
 			if err != nil {
 				t.Fatal(err)
@@ -187,20 +194,21 @@ func TestEmbeddedRunsEveryScript(t *testing.T) {
 			t.Fatalf("replay of the claim: %+v, want %+v", replay.Started, first.Started)
 		}
 		held := first.Started[0].Held()
-		if ok, err := lua.Touch(ctx, rdb, q, "w1", 0, false, []lua.Held{held}); err != nil || !ok[0] {
+		if ok, err := lua.Touch.Run(ctx, rdb, lua.TouchArgs{Queue: q, Consumer: "w1", IdleMS: 0, Handback: false, Items: []lua.Held{held}}); err != nil || !ok[0] {
 			t.Fatalf("touch: %v %v", ok, err)
 		}
 		// A retry goes to the schedule, the scheduler puts it back on its stream.
-		if ok, err := lua.Complete(ctx, rdb, q, now, 60000, []lua.Completion{{ID: "a", Entry: held.Entry, Band: 3,
-			Attempt: 1, Unique: "ua", Outcome: lua.Retry, Text: "boom", RetryMS: now}}); err != nil || !ok[0] {
+		if ok, err := lua.Complete.Run(ctx, rdb, lua.CompleteArgs{Queue: q, NowMS: now, KeepMS: 60000, Items: []lua.Completion{{ID: "a", Entry: held.Entry, Band: 3,
+			Attempt: 1, Unique: "ua", Outcome: lua.Retry, Text: "boom", RetryMS: now}}}); err != nil || ok[0] != lua.CompleteApplied {
 			t.Fatalf("complete (retry): %v %v", ok, err)
 		}
-		due, _, _, err := lua.SchedClaim(ctx, rdb, q, now, 10, now-60000)
+		sc, err := lua.SchedClaim.Run(ctx, rdb, lua.SchedClaimArgs{Queue: q, NowMS: now, Limit: 10, StaleMS: now - 60000})
+		due := sc.Due
 		if err != nil || !slices.Equal(due, []string{"a"}) {
 			t.Fatalf("scheduler claim: %v %v", due, err)
 		}
-		if enq, _, err := lua.SchedEnqueue(ctx, rdb, q, now, due); err != nil || !slices.Equal(enq, []string{"a"}) {
-			t.Fatalf("scheduler enqueue: %v %v", enq, err)
+		if se, err := lua.SchedEnqueue.Run(ctx, rdb, lua.SchedEnqueueArgs{Queue: q, NowMS: now, IDs: due}); err != nil || !slices.Equal(se.Enqueued, []string{"a"}) {
+			t.Fatalf("scheduler enqueue: %v %v", se, err)
 		}
 		second := claim("w1", "c2", "c1", false)
 		if len(second.Started) != 1 || second.Started[0].Attempt != 2 {
@@ -211,23 +219,23 @@ func TestEmbeddedRunsEveryScript(t *testing.T) {
 		if len(third.Started) != 1 || !third.Started[0].Reclaimed || third.Started[0].Attempt != 3 {
 			t.Fatalf("reclaim: %+v", third)
 		}
-		if ok, err := lua.Touch(ctx, rdb, q, "w1", 0, false, []lua.Held{second.Started[0].Held()}); err != nil || ok[0] {
+		if ok, err := lua.Touch.Run(ctx, rdb, lua.TouchArgs{Queue: q, Consumer: "w1", IdleMS: 0, Handback: false, Items: []lua.Held{second.Started[0].Held()}}); err != nil || ok[0] {
 			t.Fatalf("touch of a reclaimed task: %v %v, want fenced", ok, err)
 		}
-		if ok, err := lua.Complete(ctx, rdb, q, now, 60000, []lua.Completion{{ID: "a", Entry: third.Started[0].Entry, Band: 3,
-			Attempt: 3, Unique: "ua", Outcome: lua.Dead, Text: "gave up"}}); err != nil || !ok[0] {
+		if ok, err := lua.Complete.Run(ctx, rdb, lua.CompleteArgs{Queue: q, NowMS: now, KeepMS: 60000, Items: []lua.Completion{{ID: "a", Entry: third.Started[0].Entry, Band: 3,
+			Attempt: 3, Unique: "ua", Outcome: lua.Dead, Text: "gave up"}}}); err != nil || ok[0] != lua.CompleteApplied {
 			t.Fatalf("complete (dead): %v %v", ok, err)
 		}
 		if st := rdb.HGet(ctx, q.Task("a"), "status").Val(); st != "dead" {
 			t.Fatalf("status %q, want dead", st)
 		}
-		if err := lua.Requeue(ctx, rdb, q, "a", now); err != nil {
+		if _, err := lua.Requeue.Run(ctx, rdb, lua.RequeueArgs{Queue: q, ID: "a", NowMS: now}); err != nil {
 			t.Fatalf("requeue: %v", err)
 		}
-		if err := lua.Cancel(ctx, rdb, q, "a", "ua", now, 60000); err != nil {
+		if _, err := lua.Cancel.Run(ctx, rdb, lua.CancelArgs{Queue: q, ID: "a", Unique: "ua", NowMS: now, KeepMS: 60000}); err != nil {
 			t.Fatalf("cancel: %v", err)
 		}
-		if err := lua.Cancel(ctx, rdb, q, "a", "ua", now, 60000); err == nil {
+		if _, err := lua.Cancel.Run(ctx, rdb, lua.CancelArgs{Queue: q, ID: "a", Unique: "ua", NowMS: now, KeepMS: 60000}); err == nil {
 			t.Fatal("cancel of a cancelled task succeeded")
 		}
 
@@ -236,39 +244,39 @@ func TestEmbeddedRunsEveryScript(t *testing.T) {
 		if r := claim("w3", "c4", "", false); len(r.Started) != 0 {
 			t.Fatalf("claim of an empty queue: %+v", r)
 		}
-		if _, err := lua.Claim(ctx, rdb, q, lua.ClaimArgs{Consumer: "w3", NowMS: now, Want: 1, MaxPayload: 1 << 20,
+		if _, err := lua.Claim.Run(ctx, rdb, lua.ClaimArgs{Queue: q, Consumer: "w3", NowMS: now, Want: 1, MaxPayload: 1 << 20,
 			RegisterUntilMS: now + 60000, Tag: "w3"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := lua.Enqueue(ctx, rdb, q, lua.EnqueueArgs{ID: "b", Function: "f", Priority: 1, NowMS: now, RunAtMS: now}); err != nil {
+		if _, _, err := enqueue(lua.NewTask{ID: "b", Function: "f", Priority: 1, RunAtMS: now}); err != nil {
 			t.Fatal(err)
 		}
 		if st := rdb.HGet(ctx, q.Task("b"), "worker").Val(); st != "w3" {
 			t.Fatalf("task b's worker %q, want w3 (a hand-off)", st)
 		}
-		if ids, err := lua.Rescue(ctx, rdb, q, now, now+1, 10); err != nil || !slices.Equal(ids, []string{"b"}) {
+		if ids, err := lua.Rescue.Run(ctx, rdb, lua.RescueArgs{Queue: q, NowMS: now, CutoffMS: now + 1, Limit: 10}); err != nil || !slices.Equal(ids, []string{"b"}) {
 			t.Fatalf("rescue: %v %v", ids, err)
 		}
 		if r := claim("w4", "c5", "", false); len(r.Started) != 1 || r.Started[0].ID != "b" {
 			t.Fatalf("claim of the rescued task: %+v", r)
 		}
-		if left, err := lua.Leave(ctx, rdb, q, "w3", "w3", 1<<20); err != nil || len(left) != 0 {
+		if left, err := lua.Leave.Run(ctx, rdb, lua.LeaveArgs{Queue: q, Consumer: "w3", Tag: "w3", MaxPayload: 1 << 20}); err != nil || len(left) != 0 {
 			t.Fatalf("leave: %v %v", left, err)
 		}
 
 		// The retention deletes a dead task and frees its unique key.
-		if _, _, err := lua.Enqueue(ctx, rdb, q, lua.EnqueueArgs{ID: "c", Function: "f", NowMS: now, RunAtMS: now, Unique: "uc"}); err != nil {
+		if _, _, err := enqueue(lua.NewTask{ID: "c", Function: "f", RunAtMS: now, Unique: "uc"}); err != nil {
 			t.Fatal(err)
 		}
 		c := claim("w4", "c6", "c5", false)
 		if len(c.Started) != 1 || c.Started[0].ID != "c" {
 			t.Fatalf("claim of c: %+v", c)
 		}
-		if ok, err := lua.Complete(ctx, rdb, q, now, 60000, []lua.Completion{{ID: "c", Entry: c.Started[0].Entry,
-			Attempt: c.Started[0].Attempt, Unique: "uc", Outcome: lua.Dead, Text: "gave up"}}); err != nil || !ok[0] {
+		if ok, err := lua.Complete.Run(ctx, rdb, lua.CompleteArgs{Queue: q, NowMS: now, KeepMS: 60000, Items: []lua.Completion{{ID: "c", Entry: c.Started[0].Entry,
+			Attempt: c.Started[0].Attempt, Unique: "uc", Outcome: lua.Dead, Text: "gave up"}}}); err != nil || ok[0] != lua.CompleteApplied {
 			t.Fatalf("complete c (dead): %v %v", ok, err)
 		}
-		if r, err := lua.TrimDead(ctx, rdb, q, lua.TrimDeadArgs{NowMS: now + 1, TTLMS: 1, Limit: 10}); err != nil || r.Trimmed != 1 {
+		if r, err := lua.TrimDead.Run(ctx, rdb, lua.TrimDeadArgs{Queue: q, NowMS: now + 1, TTLMS: 1, Limit: 10}); err != nil || r.Trimmed != 1 {
 			t.Fatalf("trim dead: %+v %v", r, err)
 		}
 		if n := rdb.Exists(ctx, q.Task("c"), q.Unique("uc")).Val(); n != 0 || rdb.HGet(ctx, q.Stats(), keys.StatDeadTrimmed).Val() != "1" {
@@ -280,13 +288,13 @@ func TestEmbeddedRunsEveryScript(t *testing.T) {
 		if err := rdb.Set(ctx, lock, "tok", time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := lua.LockRenew(ctx, rdb, lock, "other", 60000); err != nil || ok {
+		if ok, err := lua.LockRenew.Run(ctx, rdb, lua.LockArgs{Lock: lock, Token: "other", TTLMS: 60000}); err != nil || ok {
 			t.Fatalf("renew by another token: %v %v", ok, err)
 		}
-		if ok, err := lua.LockRenew(ctx, rdb, lock, "tok", 60000); err != nil || !ok {
+		if ok, err := lua.LockRenew.Run(ctx, rdb, lua.LockArgs{Lock: lock, Token: "tok", TTLMS: 60000}); err != nil || !ok {
 			t.Fatalf("renew: %v %v", ok, err)
 		}
-		if ok, err := lua.LockRelease(ctx, rdb, lock, "tok"); err != nil || !ok {
+		if ok, err := lua.LockRelease.Run(ctx, rdb, lua.LockArgs{Lock: lock, Token: "tok"}); err != nil || !ok {
 			t.Fatalf("release: %v %v", ok, err)
 		}
 	})

@@ -136,8 +136,11 @@ func ctxT(t *testing.T) context.Context {
 func (e *env) enqueue(t *testing.T, queue string, prio int, id string, runAt time.Time) {
 	t.Helper()
 	now := time.Now().UnixMilli()
-	_, _, err := lua.Enqueue(context.Background(), e.c, e.ks.Queue(queue), lua.EnqueueArgs{
-		ID: id, Function: "noop", Priority: prio, NowMS: now, RunAtMS: runAt.UnixMilli(), MaxRetries: 3})
+	rs, err := lua.Enqueue.Run(context.Background(), e.c, lua.EnqueueArgs{Queue: e.ks.Queue(queue), NowMS: now,
+		Tasks: []lua.NewTask{{ID: id, Function: "noop", Priority: prio, RunAtMS: runAt.UnixMilli(), MaxRetries: 3}}})
+	if err == nil {
+		err = rs[0].Err
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,211 @@
+package lua
+
+import (
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/keys"
+)
+
+//go:embed claim.lua
+var claimSrc string
+
+// Claim reads (or reclaims) entries of one queue and starts their tasks atomically
+// (claim.lua).
+var Claim = newScript("claim.lua", withPrelude(claimSrc), claimKV, decodeClaimCmd)
+
+// ClaimArgs says what one claim call takes.
+type ClaimArgs struct {
+	Queue      keys.Queue
+	Consumer   string
+	NowMS      int64
+	Reclaim    bool // XAUTOCLAIM entries idle >= MinIdleMS instead of reading new ones
+	Want       int  // most entries to read or reclaim
+	MaxPayload int
+	MinIdleMS  int64
+	Delivered  []Delivered // entries a blocking XREADGROUP already delivered
+	// Holds (reclaim mode): the entries the caller runs now, which a reclaim never takes
+	// back from it however idle they look
+	Holds []Delivered
+	// RegisterUntilMS (read mode): when the call starts nothing, the worker waits for
+	// a hand-off from the enqueue until then (unix ms); 0: it does not.
+	RegisterUntilMS int64
+	Tag             string     // the calling process's tag (see Leave)
+	Received        []Received // hand-offs the worker's blocking read got from its inbox
+	// Call names this call for its receipt (a resent call gets the same reply) and
+	// Previous the caller's previous call on the queue (its receipt is deleted). Empty
+	// Call: a random one.
+	Call, Previous string
+}
+
+// Delivered names an entry already delivered to the consumer.
+type Delivered struct {
+	Band  int
+	Entry string
+}
+
+// Received names a hand-off read from the worker's inbox: its inbox entry and task.
+type Received struct {
+	InboxEntry string
+	ID         string
+}
+
+// WaitingMember is a worker's member in a queue's waiting zset.
+func WaitingMember(maxPayload int, consumer string) string {
+	return strconv.Itoa(maxPayload) + " " + consumer
+}
+
+// Started is a task the claim started: the caller must run it.
+type Started struct {
+	Entry      string
+	Band       int
+	ID         string
+	Attempt    int64
+	Function   string
+	Payload    string
+	TimeoutMS  int64
+	MaxRetries int
+	Failures   int
+	Unique     string
+	CreatedMS  int64
+	Reclaimed  bool
+	HandedOff  bool // started by the enqueue for this worker (a hand-off)
+}
+
+// Held is the execution's entry and attempt, as touch.lua fences them.
+func (s Started) Held() Held {
+	return Held{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt}
+}
+
+// Absorbed is an entry the claim ACKed without running.
+type Absorbed struct {
+	Entry  string
+	Band   int
+	ID     string
+	Status string // the task's status; "dead" when the claim killed the task
+}
+
+// Invalid is a malformed entry the claim moved to a dead record.
+type Invalid struct {
+	Entry  string
+	Band   int
+	DeadID string
+	Reason string
+}
+
+// Returned is an entry delivered while its queue was paused, put back unstarted as a
+// new entry.
+type Returned struct {
+	Entry string
+	Band  int
+	ID    string // the entry's task field
+	New   string // the entry that took its place
+}
+
+// ClaimResult is the decoded reply of a claim.
+type ClaimResult struct {
+	Started  []Started
+	Absorbed []Absorbed
+	Invalid  []Invalid
+	Paused   bool
+	Returned []Returned
+	// Broken: bands whose key is not a stream, skipped by a read (the others were read)
+	Broken []int
+}
+
+func claimKV(a ClaimArgs) ([]string, []any, error) {
+	q := a.Queue
+	if a.Call == "" {
+		a.Call = randomCall()
+	}
+	prev := a.Previous
+	if prev == "" {
+		prev = a.Call
+	}
+	ks := make([]string, 0, 19)
+	ks = append(ks, q.Streams[:]...)
+	ks = append(ks, q.Paused(), q.TaskPrefix(), q.Dead(), q.Receipt(a.Call), q.Receipt(prev),
+		q.Waiting(), q.Inbox(a.Consumer), q.Left(a.Consumer), q.Handed())
+	mode := "read"
+	if a.Reclaim {
+		mode = "reclaim"
+	}
+	args := make([]any, 0, 15+2*len(a.Delivered)+2*len(a.Received)+2*len(a.Holds))
+	args = append(args, keys.Group, a.Consumer, a.NowMS, mode, a.Want, a.MaxPayload, a.MinIdleMS, q.Name,
+		a.RegisterUntilMS, a.Tag, ReceiptTTL.Milliseconds(), InboxTTL.Milliseconds(), len(a.Received))
+	for _, r := range a.Received {
+		args = append(args, r.InboxEntry, r.ID)
+	}
+	args = append(args, len(a.Delivered))
+	for _, d := range a.Delivered {
+		args = append(args, d.Band, d.Entry)
+	}
+	args = append(args, len(a.Holds))
+	for _, d := range a.Holds {
+		args = append(args, d.Band, d.Entry)
+	}
+	return ks, args, nil
+}
+
+func randomCall() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func decodeClaimCmd(a ClaimArgs, cmd *redis.Cmd) (ClaimResult, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return ClaimResult{}, fmt.Errorf("claim %s: %w", a.Queue.Name, err)
+	}
+	return decodeClaim(v)
+}
+
+func decodeClaim(v []any) (ClaimResult, error) {
+	var r ClaimResult
+	if len(v) < 4 || len(v) > 6 { // 4 and 5: receipts written by earlier releases
+		return r, fmt.Errorf("claim: unexpected reply of %d elements", len(v))
+	}
+	for _, row := range rows(v[0]) {
+		if len(row) != 12 {
+			return r, fmt.Errorf("claim: started row of %d fields", len(row))
+		}
+		r.Started = append(r.Started, Started{
+			Entry: str(row[0]), Band: int(num(row[1])), ID: str(row[2]), Attempt: num(row[3]),
+			Function: str(row[4]), Payload: str(row[5]), TimeoutMS: num(row[6]),
+			MaxRetries: int(num(row[7])), Failures: int(num(row[8])), Unique: str(row[9]),
+			CreatedMS: num(row[10]), Reclaimed: num(row[11]) == 1, HandedOff: num(row[11]) == 2,
+		})
+	}
+	for _, row := range rows(v[1]) {
+		if len(row) == 4 {
+			r.Absorbed = append(r.Absorbed, Absorbed{Entry: str(row[0]), Band: int(num(row[1])), ID: str(row[2]), Status: str(row[3])})
+		}
+	}
+	for _, row := range rows(v[2]) {
+		if len(row) == 4 {
+			r.Invalid = append(r.Invalid, Invalid{Entry: str(row[0]), Band: int(num(row[1])), DeadID: str(row[2]), Reason: str(row[3])})
+		}
+	}
+	r.Paused = num(v[3]) == 1
+	if len(v) >= 6 {
+		if bs, ok := v[5].([]any); ok {
+			for _, b := range bs {
+				r.Broken = append(r.Broken, int(num(b)))
+			}
+		}
+	}
+	if len(v) >= 5 {
+		for _, row := range rows(v[4]) {
+			if len(row) == 4 {
+				r.Returned = append(r.Returned, Returned{Entry: str(row[0]), Band: int(num(row[1])), ID: str(row[2]), New: str(row[3])})
+			}
+		}
+	}
+	return r, nil
+}

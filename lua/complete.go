@@ -1,0 +1,92 @@
+package lua
+
+import (
+	_ "embed"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/keys"
+)
+
+//go:embed complete.lua
+var completeSrc string
+
+// Complete records the outcomes of executions of one queue in one call (complete.lua)
+// and replies, per completion, what it did with it: CompleteApplied, or CompleteFenced
+// (no longer the task's current execution: nothing changed, no ACK), or CompleteRefused.
+var Complete = newScript("complete.lua", withPrelude(completeSrc), completeKV, decodeComplete)
+
+// CompleteArgs is one complete call: executions of queue Queue that ended, recorded at
+// NowMS; finished tasks are kept KeepMS (0: for ever).
+type CompleteArgs struct {
+	Queue  keys.Queue
+	NowMS  int64
+	KeepMS int64
+	Items  []Completion
+}
+
+// Outcome is how an execution ended.
+type Outcome byte
+
+// Outcomes of an execution.
+const (
+	Succeeded Outcome = 's'
+	Retry     Outcome = 'r'
+	Dead      Outcome = 'd'
+)
+
+// Completion is the outcome of one execution.
+type Completion struct {
+	ID      string
+	Entry   string
+	Band    int
+	Attempt int64
+	Unique  string
+	Outcome Outcome
+	Text    string // result on success, error otherwise
+	RetryMS int64  // when to run again (Retry)
+}
+
+// CompleteCode is what complete.lua did with one completion.
+type CompleteCode int64
+
+// What complete.lua did with each item.
+const (
+	CompleteFenced  CompleteCode = 0 // no longer the task's current execution: nothing written
+	CompleteApplied CompleteCode = 1
+	CompleteRefused CompleteCode = 2 // the schedule or the dead set is of another type: nothing written, not ACKed
+)
+
+func completeKV(a CompleteArgs) ([]string, []any, error) {
+	q := a.Queue
+	ks := make([]string, 0, 2+3*len(a.Items))
+	ks = append(ks, q.Schedule(), q.Dead())
+	args := make([]any, 0, 4+6*len(a.Items))
+	args = append(args, keys.Group, a.NowMS, a.KeepMS, len(a.Items))
+	for _, it := range a.Items {
+		h := q.Task(it.ID)
+		u := h
+		if it.Unique != "" {
+			u = q.Unique(it.Unique)
+		}
+		ks = append(ks, h, q.Stream(it.Band), u)
+		args = append(args, it.ID, it.Entry, it.Attempt, string(rune(it.Outcome)), it.Text, it.RetryMS)
+	}
+	return ks, args, nil
+}
+
+func decodeComplete(a CompleteArgs, cmd *redis.Cmd) ([]CompleteCode, error) {
+	v, err := cmd.Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("complete %s: %w", a.Queue.Name, err)
+	}
+	if len(v) != len(a.Items) {
+		return nil, fmt.Errorf("complete %s: unexpected reply of %d values for %d items", a.Queue.Name, len(v), len(a.Items))
+	}
+	out := make([]CompleteCode, len(v))
+	for i, x := range v {
+		out[i] = CompleteCode(x)
+	}
+	return out, nil
+}
