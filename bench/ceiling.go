@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/lua"
 )
