@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dtq/dtq/internal/keys"
@@ -25,6 +26,9 @@ type completer struct {
 	mu     sync.RWMutex // guards closed against a late record
 	closed bool
 	ch     chan *execution
+	// giveUpAt (unix ns) is set at the first failed completion while the worker
+	// drains, and cleared by the next one Redis takes: completions give up past it.
+	giveUpAt atomic.Int64
 }
 
 func newCompleter(w *Worker, size int) *completer {
@@ -113,16 +117,26 @@ func (w *Worker) completeBatch(batch []*execution) {
 
 // completeWithRetry retries a failed completion call with backoff: the outcome must
 // reach Redis or the task runs again after the visibility timeout. It gives up (nil)
-// only when the worker is past its drain and Redis still does not answer.
+// only when the worker is draining and Redis has not taken a completion for
+// completeGiveUp: that deadline is the completer's, not the call's, so a drain with
+// many queues' batches to record still gives up within it.
 func (w *Worker) completeWithRetry(q keys.Queue, items []lua.Completion) []int64 {
+	c := w.completer
 	delay := 50 * time.Millisecond
-	giveUpAt := time.Time{}
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), completeCallTimeout)
+		timeout := completeCallTimeout
+		if at := c.giveUpAt.Load(); at != 0 {
+			if timeout = min(timeout, time.Until(time.Unix(0, at))); timeout <= 0 {
+				w.log.Error("complete: giving up at exit; the tasks run again after the visibility timeout", "queue", q.Name, "tasks", len(items))
+				return nil
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		codes, err := lua.CompleteCodes(ctx, w.rdb, q, w.now().UnixMilli(), w.keepMS, items)
 		cancel()
 		w.sawRedis(err)
 		if err == nil {
+			c.giveUpAt.Store(0) // Redis takes completions again
 			return codes
 		}
 		w.metrics.redisErrors.WithLabelValues("complete").Inc()
@@ -135,15 +149,12 @@ func (w *Worker) completeWithRetry(q keys.Queue, items []lua.Completion) []int64
 			return nil
 		}
 		w.log.Warn("complete: record failed; retrying", "queue", q.Name, "tasks", len(items), "err", err)
+		sleep := service.Jitter(delay, 0.5)
 		if w.Draining() {
-			if giveUpAt.IsZero() {
-				giveUpAt = time.Now().Add(completeGiveUp)
-			} else if time.Now().After(giveUpAt) {
-				w.log.Error("complete: giving up at exit; the tasks run again after the visibility timeout", "queue", q.Name, "tasks", len(items))
-				return nil
-			}
+			c.giveUpAt.CompareAndSwap(0, time.Now().Add(completeGiveUp).UnixNano())
+			sleep = min(sleep, max(0, time.Until(time.Unix(0, c.giveUpAt.Load()))))
 		}
-		service.Sleep(context.Background(), service.Jitter(delay, 0.5))
+		service.Sleep(context.Background(), sleep)
 		if delay < completeMaxDelay {
 			delay *= 2
 		}

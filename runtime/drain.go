@@ -133,3 +133,28 @@ func (w *Worker) giveUp() {
 	// or queued behind the pool and never started.
 	w.handBack(w.hold.unrecorded())
 }
+
+// exitBound is the longest Run takes to return once the drain began, whether Redis
+// answers or not: the bound of every step of drain, added up (doc.go states it).
+// inFlight bounds one command already on the wire when its loop is stopped: go-redis
+// does not abandon a command on the wire when its context is cancelled, so that is the
+// client's own dial, write and read timeouts (a dead server's refused connection ends
+// it at once).
+func (w *Worker) exitBound(inFlight time.Duration) time.Duration {
+	flushes := time.Duration(eventsBuffer/eventsBatch + 1) // the buffer, and the batch being flushed
+	return w.cfg.DrainTimeout() +
+		// 1. the fetching loops' pass in flight (the reaper's reclaim has its own bound),
+		// with the poller's hand-back of what its read delivered as it stopped; leave, twice
+		max(inFlight, w.reaper.reclaimCallBound()) + touchBackTimeout + handBackTimeout +
+		2*(leaveTimeout+touchBackTimeout+handBackTimeout) +
+		// 2. the "draining" heartbeat, the lock's release
+		w.heartbeat.writeTimeout() + leaderReleaseTimeout +
+		// 4. the cancelled functions' grace, their hand-back; 5. the executors' grace
+		cancelGrace + touchBackTimeout + cancelGrace +
+		// 6. the completions: a failing call, then the give-up
+		completeCallTimeout + completeGiveUp +
+		// 7. the heartbeat's pass in flight, the final heartbeat
+		inFlight + finalHeartbeatTimeout +
+		// 8. the events still buffered
+		flushes*eventsFlushTimeout
+}

@@ -88,7 +88,11 @@ func newEvents(rdb redis.UniversalClient, key string, maxLen int64, log *slog.Lo
 		ch: make(chan *Event, eventsBuffer)}
 }
 
-const eventsBuffer = 1024
+// The events buffer, and the most events one flush (one pipeline) sends.
+const (
+	eventsBuffer = 1024
+	eventsBatch  = 256
+)
 
 // Start starts the publisher (Run does; nothing starts in New, so a worker that is
 // never run leaves no goroutine behind).
@@ -139,7 +143,7 @@ func (e *events) publish(ev Event) {
 }
 
 func (e *events) loop(ch chan *Event) {
-	batch := make([]*Event, 0, 256)
+	batch := make([]*Event, 0, eventsBatch)
 	for ev := range ch {
 		batch = append(batch[:0], ev)
 	more:
