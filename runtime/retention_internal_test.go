@@ -155,7 +155,13 @@ func TestRetentionOnlyTheLeaderTrims(t *testing.T) {
 	ctx := context.Background()
 	q := pw.queues[0]
 	pw.addDead(q, 0, 3, pw.clock.now().UnixMilli())
-	pw.rdb.Set(ctx, pw.ks.SchedulerLock(), "another-worker", time.Minute)
+	rival := rivalLeader(pw.Worker, "another-worker")
+	if err := lua.Load(ctx, pw.rdb); err != nil {
+		t.Fatal(err)
+	}
+	if !takeLock(t, rival, pw.clock.now().UnixMilli()) {
+		t.Fatal("the rival did not take the free lock")
+	}
 	for range 3 {
 		pw.pass()
 	}
@@ -165,7 +171,7 @@ func TestRetentionOnlyTheLeaderTrims(t *testing.T) {
 	}
 
 	// the lock frees: the worker leads, and its first pass as leader trims
-	pw.rdb.Del(ctx, pw.ks.SchedulerLock())
+	rival.release()
 	pw.lead()
 	pw.pass()
 	if n := pw.dead(q); n != 1 || pw.trimmedStat(q) != "2" || pw.metric(q) != 2 {

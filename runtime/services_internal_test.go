@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sethvargo/go-envconfig"
 
@@ -216,15 +217,7 @@ func TestLeaderTakeRenewRelease(t *testing.T) {
 	if err := lua.Load(ctx, a.rdb); err != nil {
 		t.Fatal(err)
 	}
-	take := func(l *leader, nowMS int64) bool {
-		p := l.rdb.Pipeline()
-		c := l.queue(ctx, p, nowMS)
-		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			t.Fatal(err)
-		}
-		l.settle(c, nowMS)
-		return l.Is()
-	}
+	take := func(l *leader, nowMS int64) bool { return takeLock(t, l, nowMS) }
 	now := time.Now().UnixMilli()
 	if !take(a.w.leader, now) {
 		t.Fatal("a did not take the free lock")
@@ -244,4 +237,24 @@ func TestLeaderTakeRenewRelease(t *testing.T) {
 	if !take(b.w.leader, later) {
 		t.Fatal("b did not take the released lock")
 	}
+}
+
+// takeLock runs l's lock command of one scheduler pass at nowMS and reports whether l
+// leads after it.
+func takeLock(t *testing.T, l *leader, nowMS int64) bool {
+	t.Helper()
+	ctx := context.Background()
+	p := l.rdb.Pipeline()
+	c := l.queue(ctx, p, nowMS)
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	l.settle(c, nowMS)
+	return l.Is()
+}
+
+// rivalLeader is another worker's candidacy for the scheduler lock of w.
+func rivalLeader(w *Worker, token string) *leader {
+	return &leader{rdb: w.rdb, lock: w.leader.lock, token: token, ttlMS: w.leader.ttlMS, log: w.log,
+		gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rival"}), notify: func(Event) {}, seen: func(error) {}}
 }
