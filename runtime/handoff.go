@@ -120,3 +120,32 @@ func (w *Worker) handBack(list []*execution) {
 		w.release(e)
 	}
 }
+
+// sortRead sorts what the idle read returned by queue: entries delivered from the bands
+// (to claim), and the rows of the worker's inboxes — tasks an enqueue started for it
+// (hand-offs, to run), entries handed with them, and the receipts the next claim on the
+// queue tells (calls.recv).
+func (w *Worker) sortRead(xs []redis.XStream, calls *calls) (delivered map[string][]lua.Delivered, handed map[string][]lua.Started) {
+	delivered = map[string][]lua.Delivered{}
+	handed = map[string][]lua.Started{}
+	for _, x := range xs {
+		q, band, ok := w.streamOf(x.Stream)
+		if !ok {
+			continue
+		}
+		if band < 0 {
+			started, d, recv, err := lua.SplitInbox(x.Messages)
+			if err != nil {
+				w.log.Warn("inbox: malformed hand-off row dropped", "queue", q.Name, "err", err)
+			}
+			handed[q.Name] = append(handed[q.Name], started...)
+			delivered[q.Name] = append(delivered[q.Name], d...)
+			calls.recv[q.Name] = append(calls.recv[q.Name], recv...)
+			continue
+		}
+		for _, m := range x.Messages {
+			delivered[q.Name] = append(delivered[q.Name], lua.Delivered{Band: band, Entry: m.ID})
+		}
+	}
+	return delivered, handed
+}

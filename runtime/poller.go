@@ -272,27 +272,7 @@ func (p *poller) block(ctx context.Context, capacity int64) error {
 	if len(xs) == 0 {
 		return nil
 	}
-	delivered := map[string][]lua.Delivered{}
-	handed := map[string][]lua.Started{}
-	for _, x := range xs {
-		q, band, ok := w.streamOf(x.Stream)
-		if !ok {
-			continue
-		}
-		if band < 0 {
-			started, d, recv, err := lua.SplitInbox(x.Messages)
-			if err != nil {
-				w.log.Warn("inbox: malformed hand-off row dropped", "queue", q.Name, "err", err)
-			}
-			handed[q.Name] = append(handed[q.Name], started...)
-			delivered[q.Name] = append(delivered[q.Name], d...)
-			calls.recv[q.Name] = append(calls.recv[q.Name], recv...)
-			continue
-		}
-		for _, m := range x.Messages {
-			delivered[q.Name] = append(delivered[q.Name], lua.Delivered{Band: band, Entry: m.ID})
-		}
-	}
+	delivered, handed := w.sortRead(xs, calls)
 	if ctx.Err() != nil {
 		// Draining began while the read was blocked: start nothing new. Hand the
 		// deliveries and hand-offs back (idle = the visibility timeout) so a peer's
