@@ -196,8 +196,8 @@ func (w *Worker) restarted(loop string) func() {
 	return func() { w.metrics.loopRestarts.WithLabelValues(loop).Inc() }
 }
 
-// ErrRunTwice is Run's error when the worker already ran.
-var ErrRunTwice = errors.New("runtime: Run called twice")
+// errRunTwice is Run's error when the worker already ran.
+var errRunTwice = errors.New("runtime: Run called twice")
 
 // Run serves until ctx ends (or Stop, StopAndCancel, or the worker's own limits), then
 // drains (drain.go): it stops fetching, waits up to the drain timeout for running
@@ -209,7 +209,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	first := false
 	w.runOnce.Do(func() { first = true })
 	if !first {
-		return ErrRunTwice
+		return errRunTwice
 	}
 	w.ran.Store(true)
 	defer close(w.done)
