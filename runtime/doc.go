@@ -1,6 +1,7 @@
 // Package runtime is the dtq worker: it runs registered functions on tasks read from
 // per-priority Redis Streams, with the behaviour of docs/design.md (four supervised
-// loops, observer-computed staleness, drain rules, a scheduler leader lock, three races
+// loops — poller, reaper, scheduler, heartbeat — beside a completer and an events
+// publisher, observer-computed staleness, drain rules, a scheduler leader lock, three races
 // closed in Lua) and the data model of docs/design.md.
 //
 // # Task states
@@ -25,18 +26,36 @@
 // Every finished, absorbed or dead entry is XACKed and XDELed, so a band's XLEN is its
 // undelivered plus in-flight work.
 //
-// # The loops
+// # The services, and the file of each mechanism
 //
-// Each loop runs under supervise: an error or a panic is logged and the loop restarts
-// after 0.5–1.5 s; the worker never dies of a loop.
+// Every loop is a service on internal/service: Start returns at once and runs the loop
+// on its own goroutine, Stop ends it and waits (idempotent, safe before Start), and New
+// starts nothing. Each loop runs under service.Supervise: an error or a panic is logged
+// (and counted in dtq_worker_loop_restarts_total) and the loop restarts after
+// 0.5–1.5 s; the worker never dies of a loop. Each loop's pass is a runOnce method,
+// which the internal tests drive one by one. Worker (worker.go) composes them:
 //
-//   - poll (poll.go): capacity = concurrency − in flight; for each queue in order, claim.lua
-//     reads up to min(remaining, 32) new entries across bands p9 → p0 and starts them;
-//     paused queues are skipped. When nothing was collected it blocks (see below).
-//     Started tasks go to a fixed pool of DTQ_WORKER_CONCURRENCY executor goroutines:
-//     the design's semaphore, without a goroutine per task.
-//   - reaper (loops.go): every max(0.5 s, visibility/2), jittered, claim.lua in reclaim mode
-//     XAUTOCLAIMs entries idle past the visibility timeout on every band, at most
+//	Run ─► events (events.go)       the best-effort publisher of lifecycle events
+//	    ─► completer (completer.go)  records outcomes in batches (complete.lua)
+//	    ─► poller (poller.go) ──► first fetch ──► heartbeat, reaper, scheduler
+//	         │ starts executions            │
+//	         ▼                              ▼
+//	    holdings (holdings.go) ◄──── pool (exec.go): executors run the functions
+//	    held executions, in-flight counters; shared by every service below
+//
+// The services and the other mechanisms, each in its file:
+//
+//   - poller (poller.go): capacity = concurrency − in flight (within
+//     DTQ_WORKER_MAX_TASKS); for each queue in order, claim.lua reads up to
+//     min(remaining, 32) new entries across bands p9 → p0 and starts them; paused queues
+//     are skipped; the claim registers the worker for hand-offs on the queues its idle
+//     read covers (waitsOn). When nothing was collected it blocks (blockread.go, see
+//     below), or ends the worker after DTQ_WORKER_IDLE_EXIT_S idle. A read that finds a
+//     stream missing its group creates the groups. Its claim calls carry receipts
+//     (receipts.go). Started tasks go to a fixed pool of DTQ_WORKER_CONCURRENCY executor
+//     goroutines (exec.go): the design's semaphore, without a goroutine per task.
+//   - reaper (reaper.go): every max(0.5 s, visibility/2), jittered, claim.lua in reclaim
+//     mode XAUTOCLAIMs entries idle past the visibility timeout on every band, at most
 //     concurrency×2 per pass, and starts them as reclaimed executions. After an outage
 //     every entry in flight looks idle past the timeout, the live owners' too: the
 //     reaper touches its own worker's entries before each pass and names them to the
@@ -45,15 +64,63 @@
 //     after its own sleep overran by more than half the visibility timeout (a stalled
 //     process or machine: the owners touch theirs meanwhile); and it bounds each reclaim
 //     call, resends included, so one sent before an outage cannot run after it.
-//   - scheduler (loops.go): every 1–1.2 s, SET NX PX (lock TTL) with the worker id, or, once
-//     a third of the TTL has passed since the lock was taken or renewed, renew through
-//     lock_renew.lua (token checked); release through lock_release.lua at drain. The leader moves due delayed tasks and retries of every known queue (not only
-//     its own) onto their streams, and re-enqueues claims older than the lock TTL (a
-//     leader that died between its two steps left them).
-//   - heartbeat (loops.go): at once and every DTQ_HEARTBEAT_INTERVAL_S, jittered, the design's
-//     hash fields (plus heartbeat_interval_ms and queues) with expiry 3× the interval, the id
-//     in dtq:workers, and touch.lua on every held entry. It keeps running during a drain so
-//     long tasks finishing within the drain are not reclaimed.
+//   - scheduler (scheduler.go, with leader.go and retention.go): every 1–1.2 s, one
+//     pipelined pass. The leader type owns the scheduler lock: SET NX PX (lock TTL) with
+//     the worker id, or, once a third of the TTL has passed since the lock was taken or
+//     renewed, lock_renew.lua (token checked); lock_release.lua at drain; its state
+//     (is-leader, locked-at), the dtq_worker_scheduler_leader gauge and the
+//     SCHEDULER_LEADER_* events are its own. The leader moves due delayed tasks and
+//     retries of every known queue (not only its own) onto their streams, re-enqueues
+//     claims older than the lock TTL (a leader that died between its two steps left
+//     them), rescues unread hand-offs of dead workers and trims dead tasks.
+//   - heartbeat (heartbeat.go): at once and every DTQ_HEARTBEAT_INTERVAL_S, jittered, the
+//     design's hash fields (plus heartbeat_interval_ms and queues) with expiry 3× the
+//     interval, the id in dtq:workers, and touch.lua on every held entry. The scheduler
+//     writes the heartbeat in its own pipeline when it falls due before its next pass.
+//     It keeps running during a drain so long tasks finishing within the drain are not
+//     reclaimed; the drain writes the final "stopped" heartbeat.
+//   - completer (completer.go): whatever finished by the time the previous call returned
+//     goes in the next complete.lua call, one per queue; settle counts and reports.
+//   - events (events.go): a bounded buffer flushed in pipelines; see below.
+//   - drain (drain.go): the ordered steps of SIGTERM in one function; hand-off and
+//     hand-back (handoff.go): leave.lua, touchBack, the hand-back of deliveries and
+//     inbox rows; the idle read's dedicated connection (blockread.go).
+//
+// # Stopping, and how long it takes
+//
+// Run drains when its ctx ends, on Stop (the same drain; Stop waits until Run returned
+// or its own ctx ended), on StopAndCancel (the hard stop: no wait for running
+// functions, which are cancelled and handed back at once), when Redis refuses the
+// worker for good, or by itself (DTQ_WORKER_MAX_TASKS, DTQ_WORKER_IDLE_EXIT_S). Stop and
+// StopAndCancel are safe twice and before Run (a later Run then drains at once). The
+// drain (drain.go): stop the poller (its blocked read unblocked at once), reaper and
+// scheduler, leaving the hand-off registrations before and after; write the "draining"
+// heartbeat and release the scheduler lock; wait up to DTQ_DRAIN_TIMEOUT_S for running
+// functions; then cancel them, wait 1 s, detach the ones ignoring cancellation and hand
+// every entry without an outcome back; wait 1 s more for the executors; record the
+// outcomes; stop the heartbeat and write the final one; flush the events.
+//
+// Every step that talks to Redis has its own bound, so Run returns after the drain
+// began — Redis reachable or not — within (Worker.exitBound, tested with a function
+// that ignores cancellation and the Redis server killed):
+//
+//	DTQ_DRAIN_TIMEOUT_S
+//	+ max(1 s, DTQ_HEARTBEAT_INTERVAL_S)           the "draining" heartbeat
+//	+ max(C, the reclaim bound ≤ 2 s) + C           a command in flight as the fetching
+//	                                                loops and the heartbeat stop
+//	+ 46 s: 2×(leave 2 + touch back 3 + hand back 2) + the poller's hand-back 3 + 2
+//	        + lock release 1 + cancellation grace 1 + touch back 3 + executors' grace 1
+//	        + completion call 5 + completion give-up 5 + final heartbeat 1
+//	        + events: 5 flushes of 2 s (a 1024-event buffer, 256 a flush)
+//
+// where C bounds one command already on the wire: go-redis does not abandon it when
+// its context is cancelled, so it is the client's dial, write and read timeouts (5 + 3
+// + 3 s by default); a dead server's refused connection ends it at once. With the
+// defaults (drain 30 s, heartbeat 5 s) that is 30 + 5 + 11 + 11 + 46 = 103 s; most
+// steps take milliseconds, and only the drain timeout is spent waiting when Redis
+// answers. A Kubernetes terminationGracePeriodSeconds shorter than the bound may kill
+// the worker in its hand-back; peers then reclaim its entries after the visibility
+// timeout.
 //
 // # The three races
 //
@@ -152,15 +219,21 @@
 //   - Malformed entries (no task field, a bad attempt, a task that does not exist) become
 //     dead records "invalid-<entry id>" that keep the raw fields; payloads over
 //     DTQ_MAX_PAYLOAD_BYTES are killed at claim with a clear error.
-//   - Cold start: the first fetch comes first. Executors start on demand; the reaper and
-//     scheduler loops, the first heartbeat and the runtime metrics begin once the first
+//   - Cold start: the first fetch comes first. Executors start on demand; the reaper,
+//     scheduler and heartbeat services and the runtime metrics begin once the first
 //     fetch returned and Redis has answered (the worker is "starting", not ready, until
 //     then; "worker: started" is logged only then), and dtq worker serves its HTTP
 //     endpoints after it — having bound PORT before anything else, so that a port in use
 //     exits 2 with no task claimed. Each first run of a code path costs page faults,
 //     which on a small VM are the bulk of a cold start.
-//   - Redis health: the hook that counts round trips hands every outcome to a
-//     redisconn.Health (one atomic load per answered command, no pings). Readiness
+//   - Redis health: the worker follows Redis from the outcomes of commands, with no
+//     pings of its own (one atomic load per answered command). With
+//     Options.InstrumentRedis (dtq worker sets it: it owns the client) the hook that
+//     counts round trips (dtq_worker_redis_roundtrips_total) hands every outcome of the
+//     client to a redisconn.Health. Without it New adds nothing to the caller's client,
+//     round trips are not counted, and the loops hand the error of each of the worker's
+//     own commands to the same health (Worker.sawRedis): readiness, the reaper's hold
+//     after an outage and the refusal below work the same. Readiness
 //     follows it: /readyz is 503, with the reason, from the first round trip that found
 //     Redis unreachable until the next reply. A refusal no wait heals (a wrong password,
 //     a missing ACL permission, a database number out of range: redisconn.Classify) that

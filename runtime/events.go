@@ -8,33 +8,38 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/service"
 )
+
+// EventType names a lifecycle event; its value is the "type" field on the events stream.
+type EventType string
 
 // Event types published on the capped events stream.
 const (
-	EventWorkerStarted     = "WORKER_STARTED"
-	EventWorkerStopped     = "WORKER_STOPPED"
-	EventTaskStarted       = "TASK_STARTED"   // only with DTQ_EVENTS_VERBOSE
-	EventTaskSucceeded     = "TASK_SUCCEEDED" // only with DTQ_EVENTS_VERBOSE
-	EventTaskRetrying      = "TASK_RETRYING"
-	EventTaskDead          = "TASK_DEAD"
-	EventTaskReclaimed     = "TASK_RECLAIMED"
-	EventDuplicateAbsorbed = "TASK_DUPLICATE_ABSORBED"
-	EventInvalidEntry      = "TASK_INVALID_ENTRY"
-	EventFenced            = "TASK_COMPLETION_FENCED"
-	EventHandedBack        = "TASK_HANDED_BACK"
-	EventHandoffRescued    = "TASK_HANDOFF_RESCUED"
-	EventReturned          = "TASK_RETURNED_PAUSED" // delivered while its queue was paused, put back unstarted
-	EventLeaderAcquired    = "SCHEDULER_LEADER_ACQUIRED"
-	EventLeaderLost        = "SCHEDULER_LEADER_LOST"
-	EventScheduled         = "TASKS_SCHEDULED"
+	EventWorkerStarted     EventType = "WORKER_STARTED"
+	EventWorkerStopped     EventType = "WORKER_STOPPED"
+	EventTaskStarted       EventType = "TASK_STARTED"   // only with DTQ_EVENTS_VERBOSE
+	EventTaskSucceeded     EventType = "TASK_SUCCEEDED" // only with DTQ_EVENTS_VERBOSE
+	EventTaskRetrying      EventType = "TASK_RETRYING"
+	EventTaskDead          EventType = "TASK_DEAD"
+	EventTaskReclaimed     EventType = "TASK_RECLAIMED"
+	EventDuplicateAbsorbed EventType = "TASK_DUPLICATE_ABSORBED"
+	EventInvalidEntry      EventType = "TASK_INVALID_ENTRY"
+	EventFenced            EventType = "TASK_COMPLETION_FENCED"
+	EventHandedBack        EventType = "TASK_HANDED_BACK"
+	EventHandoffRescued    EventType = "TASK_HANDOFF_RESCUED"
+	EventReturned          EventType = "TASK_RETURNED_PAUSED" // delivered while its queue was paused, put back unstarted
+	EventLeaderAcquired    EventType = "SCHEDULER_LEADER_ACQUIRED"
+	EventLeaderLost        EventType = "SCHEDULER_LEADER_LOST"
+	EventScheduled         EventType = "TASKS_SCHEDULED"
 	// WORKER_STALE is defined for observers; a worker never publishes it about itself.
-	EventWorkerStale = "WORKER_STALE"
+	EventWorkerStale EventType = "WORKER_STALE"
 )
 
 // Event is one lifecycle event.
 type Event struct {
-	Type    string
+	Type    EventType
 	Worker  string
 	Queue   string
 	TaskID  string
@@ -44,7 +49,7 @@ type Event struct {
 }
 
 func (e Event) values() []any {
-	v := []any{"type", e.Type, "worker", e.Worker, "ts", strconv.FormatInt(e.Time.UnixMilli(), 10)}
+	v := []any{"type", string(e.Type), "worker", e.Worker, "ts", strconv.FormatInt(e.Time.UnixMilli(), 10)}
 	if e.Queue != "" {
 		v = append(v, "queue", e.Queue)
 	}
@@ -62,8 +67,10 @@ func (e Event) values() []any {
 
 // events publishes lifecycle events best-effort: a bounded buffer flushed in pipelines
 // by one goroutine, never blocking the worker. When the buffer is full, events are
-// dropped and counted.
+// dropped and counted. Events published before Start wait in the buffer; Stop flushes
+// what is buffered (itself, when the publisher never started) and ends the publisher.
 type events struct {
+	service.Base
 	rdb     redis.UniversalClient
 	key     string
 	maxLen  int64
@@ -71,22 +78,47 @@ type events struct {
 	observe func(Event)
 	dropped func()
 
-	mu        sync.RWMutex // guards closed against a publish racing close
-	closed    bool
-	ch        chan *Event
-	done      chan struct{}
-	startOnce sync.Once
+	mu     sync.RWMutex // guards closed against a publish racing Stop
+	closed bool
+	ch     chan *Event
 }
 
 func newEvents(rdb redis.UniversalClient, key string, maxLen int64, log *slog.Logger, observe func(Event), dropped func()) *events {
-	e := &events{rdb: rdb, key: key, maxLen: maxLen, log: log, observe: observe, dropped: dropped,
-		ch: make(chan *Event, 1024), done: make(chan struct{})}
-	return e
+	return &events{rdb: rdb, key: key, maxLen: maxLen, log: log, observe: observe, dropped: dropped,
+		ch: make(chan *Event, eventsBuffer)}
 }
 
-// start starts the publisher (Run does; nothing starts in New, so a worker that is
-// never run leaves no goroutine behind). Safe twice.
-func (e *events) start() { e.startOnce.Do(func() { go e.loop() }) }
+// The events buffer, and the most events one flush (one pipeline) sends.
+const (
+	eventsBuffer = 1024
+	eventsBatch  = 256
+)
+
+// Start starts the publisher (Run does; nothing starts in New, so a worker that is
+// never run leaves no goroutine behind).
+func (e *events) Start(ctx context.Context) error {
+	e.mu.Lock()
+	if e.closed {
+		e.ch, e.closed = make(chan *Event, eventsBuffer), false
+	}
+	ch := e.ch
+	e.mu.Unlock()
+	e.Go(ctx, func(context.Context) { e.loop(ch) })
+	return nil
+}
+
+// Stop flushes what is buffered and ends the publisher; idempotent, safe before Start.
+func (e *events) Stop() {
+	e.mu.Lock()
+	if !e.closed {
+		e.closed = true
+		close(e.ch)
+	}
+	ch := e.ch
+	e.mu.Unlock()
+	e.Base.Stop()
+	e.loop(ch) // a publisher never started: flush here (a closed, drained channel: nothing)
+}
 
 func (e *events) publish(ev Event) {
 	if ev.Time.IsZero() {
@@ -110,15 +142,14 @@ func (e *events) publish(ev Event) {
 	}
 }
 
-func (e *events) loop() {
-	defer close(e.done)
-	batch := make([]*Event, 0, 256)
-	for ev := range e.ch {
+func (e *events) loop(ch chan *Event) {
+	batch := make([]*Event, 0, eventsBatch)
+	for ev := range ch {
 		batch = append(batch[:0], ev)
 	more:
 		for len(batch) < cap(batch) {
 			select {
-			case ev, ok := <-e.ch:
+			case ev, ok := <-ch:
 				if !ok {
 					break more
 				}
@@ -132,7 +163,7 @@ func (e *events) loop() {
 }
 
 func (e *events) flush(batch []*Event) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), eventsFlushTimeout)
 	defer cancel()
 	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, ev := range batch {
@@ -145,14 +176,5 @@ func (e *events) flush(batch []*Event) {
 	}
 }
 
-// close flushes what is buffered and stops the publisher; safe twice.
-func (e *events) close() {
-	e.mu.Lock()
-	if !e.closed {
-		e.closed = true
-		close(e.ch)
-	}
-	e.mu.Unlock()
-	e.start() // a publisher never started flushes what was buffered and ends
-	<-e.done
-}
+// eventsFlushTimeout bounds one flush of the events buffer.
+const eventsFlushTimeout = 2 * time.Second

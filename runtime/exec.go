@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,8 +56,9 @@ func (e *execution) key() heldKey { return heldKey{e.q.Name, e.s.Band, e.s.Entry
 // start registers the claimed tasks as held and hands them to the executors.
 func (w *Worker) start(q keys.Queue, started []lua.Started) {
 	now := w.now()
-	w.begun.Add(int64(len(started)))
-	w.active.Store(now.UnixNano())
+	h := w.hold
+	h.begun.Add(int64(len(started)))
+	h.active.Store(now.UnixNano())
 	for _, s := range started {
 		fn := w.reg.lookup(s.Function)
 		label := s.Function
@@ -70,35 +72,17 @@ func (w *Worker) start(q keys.Queue, started []lua.Started) {
 			MaxRetries: w.maxRetries(s, fn), Reclaimed: s.Reclaimed,
 			CreatedAt: time.UnixMilli(s.CreatedMS),
 		}
-		w.inflight.Add(1)
-		w.heldMu.Lock()
-		w.held[e.key()] = e
-		w.heldMu.Unlock()
+		h.inflight.Add(1)
+		h.add(e)
 		if s.HandedOff {
 			w.metrics.handoffs.Inc()
 		}
 		if s.Reclaimed {
 			w.publish(Event{Type: EventTaskReclaimed, Queue: q.Name, TaskID: s.ID, Attempt: s.Attempt})
 		}
-		w.ensureExecutor()
-		select {
-		case w.jobs <- e:
-		default:
-			// The pool's queue is full (a reaper pass took more than the pool holds):
-			// wait for room without stalling the caller's loop. A drain that gives up
-			// hands e back instead.
-			w.sendWG.Add(1)
-			go func() {
-				defer w.sendWG.Done()
-				select {
-				case w.jobs <- e:
-				case <-w.runCtx.Done():
-					w.doneRunning() // handed back by the drain, never to run
-				}
-			}()
-		}
+		w.pool.submit(e)
 	}
-	w.metrics.inflight.Set(float64(w.inflight.Load()))
+	w.metrics.inflight.Set(float64(h.inflight.Load()))
 }
 
 func (w *Worker) maxRetries(s lua.Started, fn *registered) int {
@@ -111,6 +95,52 @@ func (w *Worker) maxRetries(s lua.Started, fn *registered) int {
 	return DefaultMaxRetries
 }
 
+// pool is the fixed set of (at most DTQ_WORKER_CONCURRENCY) executor goroutines that
+// run functions: the design's semaphore, without a goroutine per task. Executors start
+// on demand; the drain closes the pool and waits for them.
+type pool struct {
+	w    *Worker
+	size int64
+	jobs chan *execution
+	// runCtx ends at the drain deadline (or a hard stop): running functions are
+	// cancelled.
+	runCtx    context.Context
+	cancelRun context.CancelFunc
+	running   atomic.Int64  // functions executing now
+	execDone  chan struct{} // signalled when an execution returns
+	sendWG    sync.WaitGroup
+	wg        sync.WaitGroup // executors
+	executors atomic.Int64   // executor goroutines started
+	idle      atomic.Int64   // executors waiting for a job
+}
+
+func newPool(w *Worker, size, queued int) *pool {
+	p := &pool{w: w, size: int64(size), jobs: make(chan *execution, queued), execDone: make(chan struct{}, 1)}
+	p.runCtx, p.cancelRun = context.WithCancel(context.Background())
+	return p
+}
+
+// submit hands e to an executor.
+func (p *pool) submit(e *execution) {
+	p.ensureExecutor()
+	select {
+	case p.jobs <- e:
+	default:
+		// The pool's queue is full (a reaper pass took more than the pool holds):
+		// wait for room without stalling the caller's loop. A drain that gives up
+		// hands e back instead.
+		p.sendWG.Add(1)
+		go func() {
+			defer p.sendWG.Done()
+			select {
+			case p.jobs <- e:
+			case <-p.runCtx.Done():
+				p.w.doneRunning() // handed back by the drain, never to run
+			}
+		}()
+	}
+}
+
 // ensureExecutor makes sure an executor takes the job about to be sent: it reserves an
 // idle one, or starts one while fewer than DTQ_WORKER_CONCURRENCY run (beyond that, the
 // job waits for the first executor to finish). The reservation is the sender's, made
@@ -118,21 +148,21 @@ func (w *Worker) maxRetries(s lua.Started, fn *registered) int {
 // lagged behind it, so a job sent just as an idle executor took another found none,
 // and waited for a running function to return while the pool had room. Only the
 // fetching loops call it, and never after the drain closed jobs.
-func (w *Worker) ensureExecutor() {
+func (p *pool) ensureExecutor() {
 	for {
-		if n := w.idleExecutors.Load(); n > 0 {
-			if w.idleExecutors.CompareAndSwap(n, n-1) {
+		if n := p.idle.Load(); n > 0 {
+			if p.idle.CompareAndSwap(n, n-1) {
 				return // that executor is waiting for this job, or finishing one
 			}
 			continue
 		}
-		n := w.executors.Load()
-		if n >= int64(w.cfg.Concurrency) {
+		n := p.executors.Load()
+		if n >= p.size {
 			return
 		}
-		if w.executors.CompareAndSwap(n, n+1) {
-			w.poolWG.Add(1)
-			go w.executor()
+		if p.executors.CompareAndSwap(n, n+1) {
+			p.wg.Add(1)
+			go p.executor()
 			return
 		}
 	}
@@ -140,40 +170,44 @@ func (w *Worker) ensureExecutor() {
 
 // executor is one of the (at most Concurrency) goroutines that run functions. It is
 // started for a job and counts itself idle, for the next reservation, after each one.
-func (w *Worker) executor() {
-	defer w.poolWG.Done()
+func (p *pool) executor() {
+	defer p.wg.Done()
+	w := p.w
 	for {
-		e, ok := <-w.jobs
+		e, ok := <-p.jobs
 		if !ok {
 			return
 		}
 		// Count first, check second: a drain that gives up cancels runCtx and then waits
 		// for running to reach 0, so an execution either is counted or sees the cancel.
-		w.running.Add(1)
-		if w.runCtx.Err() == nil && !e.recorded.Load() {
+		p.running.Add(1)
+		if p.runCtx.Err() == nil && !e.recorded.Load() {
 			w.execute(e)
 		}
-		w.running.Add(-1)
-		w.idleExecutors.Add(1) // before the slot is freed: the next job finds this executor
+		p.running.Add(-1)
+		p.idle.Add(1) // before the slot is freed: the next job finds this executor
 		w.doneRunning()
 		select {
-		case w.execDone <- struct{}{}:
+		case p.execDone <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// close ends the pool once nothing more is sent: executors return after their job.
+func (p *pool) close() {
+	p.sendWG.Wait()
+	close(p.jobs)
 }
 
 // doneRunning frees the slot of an execution that returned (or will never run): the
 // poll loop may fetch again while its outcome is still being recorded. The record's own
 // backlog is bounded by the completions channel, whose sends wait for room.
 func (w *Worker) doneRunning() {
-	n := w.inflight.Add(-1)
+	n := w.hold.inflight.Add(-1)
 	w.metrics.inflight.Set(float64(n))
-	w.active.Store(time.Now().UnixNano())
-	select {
-	case w.slotFree <- struct{}{}:
-	default:
-	}
+	w.hold.active.Store(time.Now().UnixNano())
+	w.hold.freed()
 }
 
 func (w *Worker) execute(e *execution) {
@@ -198,10 +232,10 @@ func (w *Worker) execute(e *execution) {
 	if timeout <= 0 {
 		timeout = w.defTimeout
 	}
-	var ctx context.Context = w.runCtx
+	var ctx context.Context = w.pool.runCtx
 	var tctx *taskCtx
 	if timeout > 0 {
-		tctx = newTaskCtx(w.runCtx, timeout)
+		tctx = newTaskCtx(w.pool.runCtx, timeout)
 		ctx = tctx
 	}
 	began := time.Now()
@@ -211,7 +245,7 @@ func (w *Worker) execute(e *execution) {
 	}
 	fm := w.metrics.fn(e.fnLabel)
 	fm.duration.Observe(time.Since(began).Seconds())
-	if err != nil && w.runCtx.Err() != nil {
+	if err != nil && w.pool.runCtx.Err() != nil {
 		return // cancelled by the drain deadline: never recorded, never ACKed; handed back
 	}
 	switch {
@@ -260,147 +294,12 @@ func (w *Worker) record(e *execution) {
 	if !e.recorded.CompareAndSwap(false, true) {
 		return
 	}
-	w.compMu.RLock()
-	defer w.compMu.RUnlock()
-	if w.compClosed {
-		// Only a function that ignored cancellation and outlived the drain gets here:
-		// its outcome is discarded and its entry stays pending for a peer.
-		return
-	}
-	w.completions <- e
+	w.completer.record(e)
 }
 
 // release forgets an execution whose fate is settled (recorded or handed back): the
 // heartbeat stops touching its entry.
 func (w *Worker) release(e *execution) {
-	w.heldMu.Lock()
-	if k := e.key(); w.held[k] == e {
-		delete(w.held, k)
-	}
-	w.heldMu.Unlock()
-	w.active.Store(time.Now().UnixNano())
-}
-
-// completer records outcomes in batches: whatever has finished by the time the previous
-// call returned goes in the next call, one script call per queue.
-func (w *Worker) completer() {
-	defer w.completerWG.Done()
-	batch := make([]*execution, 0, 256)
-	for e := range w.completions {
-		batch = append(batch[:0], e)
-	more:
-		for len(batch) < cap(batch) {
-			select {
-			case e, ok := <-w.completions:
-				if !ok {
-					break more
-				}
-				batch = append(batch, e)
-			default:
-				break more
-			}
-		}
-		w.completeBatch(batch)
-	}
-}
-
-func (w *Worker) completeBatch(batch []*execution) {
-	byQueue := map[string][]*execution{}
-	for _, e := range batch {
-		byQueue[e.q.Name] = append(byQueue[e.q.Name], e)
-	}
-	for name, list := range byQueue {
-		items := make([]lua.Completion, len(list))
-		for i, e := range list {
-			items[i] = lua.Completion{ID: e.s.ID, Entry: e.s.Entry, Band: e.s.Band, Attempt: e.s.Attempt,
-				Unique: e.s.Unique, Outcome: e.outcome, Text: e.text, RetryMS: e.retryAt}
-		}
-		q := w.byName[name]
-		codes := w.completeWithRetry(q, items)
-		var refused error // the keys' diagnosis, looked up once a batch
-		for i, e := range list {
-			if codes != nil && codes[i] == lua.CompleteRefused {
-				if refused == nil {
-					refused = &lua.QueueError{Queue: name, Op: "complete", Err: errRefusedOutcome,
-						Wrong: lua.WrongTypes(context.Background(), w.rdb, q, "")}
-				}
-				w.log.Error("complete: outcome refused; the task is retried after the visibility timeout",
-					"queue", name, "task", e.task.ID, "attempt", e.task.Attempt, "err", refused)
-			}
-			w.settle(e, codes != nil && codes[i] == lua.CompleteApplied, codes == nil || codes[i] == lua.CompleteRefused)
-		}
-	}
-}
-
-// completeWithRetry retries a failed completion call with backoff: the outcome must
-// reach Redis or the task runs again after the visibility timeout. It gives up (nil)
-// only when the worker is past its drain and Redis still does not answer.
-func (w *Worker) completeWithRetry(q keys.Queue, items []lua.Completion) []lua.CompleteCode {
-	delay := 50 * time.Millisecond
-	giveUpAt := time.Time{}
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		codes, err := lua.Complete.Run(ctx, w.rdb, lua.CompleteArgs{Queue: q, NowMS: w.now().UnixMilli(), KeepMS: w.keepMS, Items: items})
-		cancel()
-		if err == nil {
-			return codes
-		}
-		w.metrics.redisErrors.WithLabelValues("complete").Inc()
-		if lua.IsKeyError(err) {
-			// Retrying cannot mend a key of the wrong type, and would hold up every other
-			// queue's completions behind this one: the entries stay pending, and their
-			// tasks run again after the visibility timeout.
-			w.log.Error("complete: Redis refuses this queue's keys; the tasks run again after the visibility timeout",
-				"queue", q.Name, "tasks", len(items), "err", lua.Diagnose(context.Background(), w.rdb, q, "", "complete", err))
-			return nil
-		}
-		w.log.Warn("complete: record failed; retrying", "queue", q.Name, "tasks", len(items), "err", err)
-		if w.Draining() {
-			if giveUpAt.IsZero() {
-				giveUpAt = time.Now().Add(5 * time.Second)
-			} else if time.Now().After(giveUpAt) {
-				w.log.Error("complete: giving up at exit; the tasks run again after the visibility timeout", "queue", q.Name, "tasks", len(items))
-				return nil
-			}
-		}
-		sleepCtx(context.Background(), jitter(delay, 0.5))
-		if delay < 2*time.Second {
-			delay *= 2
-		}
-	}
-}
-
-// errRefusedOutcome is the cause complete.lua gives for an outcome it refused.
-var errRefusedOutcome = errors.New("the schedule or the dead set is not a sorted set")
-
-// settle counts and reports an execution whose completion call returned.
-func (w *Worker) settle(e *execution, applied, lost bool) {
-	t := &e.task
-	switch {
-	case lost:
-		w.metrics.count(e.fnLabel, OutcomeHandedBack)
-	case !applied:
-		w.metrics.count(e.fnLabel, OutcomeFenced)
-		w.log.Warn("complete: fenced off; the task was reclaimed by a peer", "queue", t.Queue, "task", t.ID, "attempt", t.Attempt)
-		w.publish(Event{Type: EventFenced, Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt})
-	case e.outcome == lua.Succeeded:
-		w.processed.Add(1)
-		w.metrics.count(e.fnLabel, OutcomeSucceeded)
-		if w.cfg.EventsVerbose {
-			w.publish(Event{Type: EventTaskSucceeded, Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt})
-		}
-	case e.outcome == lua.Retry:
-		w.processed.Add(1)
-		w.failed.Add(1)
-		w.retried.Add(1)
-		w.metrics.count(e.fnLabel, OutcomeRetried)
-		w.publish(Event{Type: EventTaskRetrying, Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt, Detail: e.text})
-	default:
-		w.processed.Add(1)
-		w.failed.Add(1)
-		w.metrics.count(e.fnLabel, OutcomeDead)
-		w.log.Warn("task: dead", "queue", t.Queue, "task", t.ID, "attempt", t.Attempt, "err", e.text)
-		w.publish(Event{Type: EventTaskDead, Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt, Detail: e.text})
-	}
-	w.release(e)
+	w.hold.remove(e)
+	w.hold.active.Store(time.Now().UnixNano())
 }

@@ -27,9 +27,8 @@ func TestIdleReadLeavesOutAWrongTypeBand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.blocker = newBlocker(rdb)
-	defer w.blocker.close()
-	defer w.events.close()
+	defer w.poller.blocker.close()
+	defer w.events.Stop()
 	q := w.queues[0]
 	ctx := context.Background()
 	if err := w.ensureGroups(ctx); err != nil {
@@ -38,17 +37,16 @@ func TestIdleReadLeavesOutAWrongTypeBand(t *testing.T) {
 	if err := rdb.Set(ctx, q.Stream(7), "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	paused := []bool{false}
-	if err := w.block(ctx, w.pollCalls, 8, paused); err != nil {
+	if err := w.poller.block(ctx, 8); err != nil {
 		t.Fatalf("idle read over a wrong-type band: %v, want it left out", err)
 	}
-	if !w.pollFaults.skip(q.Stream(7)) {
+	if !w.poller.faults.skip(q.Stream(7)) {
 		t.Fatal("the wrong-type band is not left out of the next read")
 	}
 	// the next read leaves it out and blocks as usual (a short block: nothing arrives)
 	w.cfg.PollBlockMS = 10
 	start := time.Now()
-	if err := w.block(ctx, w.pollCalls, 8, paused); err != nil {
+	if err := w.poller.block(ctx, 8); err != nil {
 		t.Fatalf("the next idle read: %v", err)
 	}
 	if time.Since(start) < 10*time.Millisecond {
@@ -72,13 +70,13 @@ func TestReaperHoldsAfterItsOwnStall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.events.close()
-	w.noteStall(100 * time.Millisecond)
-	if h := w.reclaimHold(); h > 0 {
+	defer w.events.Stop()
+	w.reaper.noteStall(100 * time.Millisecond)
+	if h := w.reaper.reclaimHold(); h > 0 {
 		t.Fatalf("hold %v after a 100 ms overrun, want none", h)
 	}
-	w.noteStall(1500 * time.Millisecond)
-	if h := w.reclaimHold(); h <= 0 {
+	w.reaper.noteStall(1500 * time.Millisecond)
+	if h := w.reaper.reclaimHold(); h <= 0 {
 		t.Fatal("no hold after a 1.5 s overrun of a 2 s visibility timeout")
 	}
 }

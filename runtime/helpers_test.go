@@ -125,7 +125,7 @@ func (r *recorder) count(pred func(runtime.Event) bool) int {
 	return n
 }
 
-func is(typ, task string) func(runtime.Event) bool {
+func is(typ runtime.EventType, task string) func(runtime.Event) bool {
 	return func(e runtime.Event) bool { return e.Type == typ && (task == "" || e.TaskID == task) }
 }
 

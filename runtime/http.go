@@ -25,7 +25,7 @@ func (w *Worker) Handler() http.Handler {
 		return c.JSON(http.StatusOK, map[string]any{"ok": true, "worker_id": w.id, "status": w.status()})
 	})
 	e.GET(PathReadyz, func(c echo.Context) error {
-		body := map[string]any{"ready": true, "worker_id": w.id, "status": w.status(), "inflight": w.inflight.Load(), "redis_up": w.redis.Up()}
+		body := map[string]any{"ready": true, "worker_id": w.id, "status": w.status(), "inflight": w.hold.inflight.Load(), "redis_up": w.redis.Up()}
 		if !w.Ready() {
 			body["ready"] = false
 			body["reason"] = w.notReadyReason()

@@ -24,9 +24,9 @@ const (
 
 // EventDeadTrimmed says the scheduler leader deleted dead tasks of a queue under the
 // retention bounds; Detail is how many.
-const EventDeadTrimmed = "DEAD_TASKS_TRIMMED"
+const EventDeadTrimmed EventType = "DEAD_TASKS_TRIMMED"
 
-// retention is the leader's trimming state; only the scheduler loop's goroutine uses it.
+// retention is the leader's trimming state; only the scheduler's goroutine uses it.
 type retention struct {
 	next    int64           // w.now() in unix ms when every queue is looked at again
 	backlog map[string]bool // queues whose last call stopped at its batch
@@ -37,21 +37,22 @@ type retention struct {
 // known queues (as of this pass: a new leader's first pass sees them all), in between
 // the ones with a backlog. A worker that does not lead does nothing. Failures are logged and counted, never returned: trimming waits
 // for a later pass, scheduling goes on.
-func (w *Worker) trimDead(ctx context.Context) {
-	if !w.leader.Load() {
+func (s *scheduler) trimDead(ctx context.Context) {
+	w := s.w
+	if !s.leader.Is() {
 		return
 	}
-	r := w.retention
+	r := s.retention
 	if r == nil {
 		r = &retention{backlog: map[string]bool{}, faults: w.newFaults("retention")}
-		w.retention = r
+		s.retention = r
 	}
 	now := w.now().UnixMilli()
 	all := now >= r.next
 	if all {
 		r.next = now + deadTrimEvery.Milliseconds()
 	}
-	qs := w.scheduledQueues()
+	qs := s.scheduledQueues()
 	var todo []keys.Queue
 	for _, q := range qs {
 		if (all || r.backlog[q.Name]) && !r.faults.skip(q.Name) {
@@ -62,7 +63,7 @@ func (w *Worker) trimDead(ctx context.Context) {
 	trimmed := map[string]int64{}
 	for round := 0; round < deadTrimRounds && len(todo) > 0; round++ {
 		var stop bool
-		todo, stop = w.trimRound(ctx, r, todo, trimmed, false)
+		todo, stop = s.trimRound(ctx, r, todo, trimmed, false)
 		if stop {
 			break
 		}
@@ -83,7 +84,8 @@ func (w *Worker) trimDead(ctx context.Context) {
 // to trimmed and returns the queues with more to delete; stop: the round failed as a
 // whole (Redis or the network), try again in a later pass. A round that found the script
 // missing loads it and runs again, once (reloaded).
-func (w *Worker) trimRound(ctx context.Context, r *retention, qs []keys.Queue, trimmed map[string]int64, reloaded bool) (more []keys.Queue, stop bool) {
+func (s *scheduler) trimRound(ctx context.Context, r *retention, qs []keys.Queue, trimmed map[string]int64, reloaded bool) (more []keys.Queue, stop bool) {
+	w := s.w
 	a := lua.TrimDeadArgs{NowMS: w.now().UnixMilli(), Max: w.cfg.DeadMax, TTLMS: int64(w.cfg.DeadTTLS * 1000), Limit: deadTrimBatch}
 	p := w.rdb.Pipeline()
 	cmds := make([]*lua.Pending[lua.TrimDeadResult], 0, len(qs))
@@ -97,6 +99,7 @@ func (w *Worker) trimRound(ctx context.Context, r *retention, qs []keys.Queue, t
 		cmds = append(cmds, c)
 	}
 	_, err := p.Exec(ctx)
+	w.sawRedis(err)
 	if err != nil && (lua.IsNoScript(err) || slices.ContainsFunc(cmds, (*lua.Pending[lua.TrimDeadResult]).NoScript)) {
 		// Redis lost its script cache (a restart), or never had the script: load it and
 		// run the round again. A Redis that refuses it (before 7.0: no script flags) is
@@ -111,7 +114,7 @@ func (w *Worker) trimRound(ctx context.Context, r *retention, qs []keys.Queue, t
 			}
 			return nil, true
 		}
-		return w.trimRound(ctx, r, qs, trimmed, true)
+		return s.trimRound(ctx, r, qs, trimmed, true)
 	}
 	if err != nil && !lua.IsKeyError(err) {
 		if ctx.Err() == nil {

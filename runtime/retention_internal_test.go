@@ -60,7 +60,7 @@ func newPassWorkerOn(t *testing.T, srv *redistest.Server, queues string, env ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(w.events.close)
+	t.Cleanup(w.events.Stop)
 	pw.Worker = w
 	if err := lua.Load(context.Background(), pw.rdb); err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ func newPassWorkerOn(t *testing.T, srv *redistest.Server, queues string, env ...
 // pass runs one scheduler pass, which must not fail.
 func (pw *passWorker) pass() {
 	pw.t.Helper()
-	if err := pw.scheduleOnce(context.Background()); err != nil {
+	if err := pw.scheduler.runOnce(context.Background()); err != nil {
 		pw.t.Fatalf("scheduler pass: %v", err)
 	}
 }
@@ -80,7 +80,7 @@ func (pw *passWorker) pass() {
 func (pw *passWorker) lead() {
 	pw.t.Helper()
 	pw.pass()
-	if !pw.leader.Load() {
+	if !pw.leader.Is() {
 		pw.t.Fatal("the worker did not take the free scheduler lock")
 	}
 }
@@ -155,17 +155,23 @@ func TestRetentionOnlyTheLeaderTrims(t *testing.T) {
 	ctx := context.Background()
 	q := pw.queues[0]
 	pw.addDead(q, 0, 3, pw.clock.now().UnixMilli())
-	pw.rdb.Set(ctx, pw.ks.SchedulerLock(), "another-worker", time.Minute)
+	rival := rivalLeader(pw.Worker, "another-worker")
+	if err := lua.Load(ctx, pw.rdb); err != nil {
+		t.Fatal(err)
+	}
+	if !takeLock(t, rival, pw.clock.now().UnixMilli()) {
+		t.Fatal("the rival did not take the free lock")
+	}
 	for range 3 {
 		pw.pass()
 	}
-	if n := pw.dead(q); pw.leader.Load() || n != 3 || pw.trimmedStat(q) != "" || pw.metric(q) != 0 {
+	if n := pw.dead(q); pw.leader.Is() || n != 3 || pw.trimmedStat(q) != "" || pw.metric(q) != 0 {
 		t.Fatalf("a worker that does not lead: leader %v, %d dead, stat %q, metric %v; want nothing trimmed",
-			pw.leader.Load(), n, pw.trimmedStat(q), pw.metric(q))
+			pw.leader.Is(), n, pw.trimmedStat(q), pw.metric(q))
 	}
 
 	// the lock frees: the worker leads, and its first pass as leader trims
-	pw.rdb.Del(ctx, pw.ks.SchedulerLock())
+	rival.release()
 	pw.lead()
 	pw.pass()
 	if n := pw.dead(q); n != 1 || pw.trimmedStat(q) != "2" || pw.metric(q) != 2 {
@@ -187,8 +193,8 @@ func TestRetentionOnlyTheLeaderTrims(t *testing.T) {
 	pw.rdb.Set(ctx, pw.ks.SchedulerLock(), "another-worker", time.Minute)
 	pw.clock.advance(deadTrimEvery)
 	pw.pass()
-	if n := pw.dead(q); pw.leader.Load() || n != 4 {
-		t.Fatalf("a pass whose renewal failed: leader %v, %d dead; want the lock lost and 4 dead kept", pw.leader.Load(), n)
+	if n := pw.dead(q); pw.leader.Is() || n != 4 {
+		t.Fatalf("a pass whose renewal failed: leader %v, %d dead; want the lock lost and 4 dead kept", pw.leader.Is(), n)
 	}
 }
 
@@ -271,7 +277,7 @@ func TestRetentionWrongTypeKeysSpareOtherQueues(t *testing.T) {
 	if n := pw.dead(qc); n != 3 {
 		t.Fatalf("the queue with a broken stats hash: %d dead, want all 3 kept", n)
 	}
-	if !pw.retention.faults.skip(qa.Name) || !pw.retention.faults.skip(qc.Name) || pw.retention.faults.skip(qb.Name) {
+	if !pw.scheduler.retention.faults.skip(qa.Name) || !pw.scheduler.retention.faults.skip(qc.Name) || pw.scheduler.retention.faults.skip(qb.Name) {
 		t.Fatal("the broken queues are not left out, or the sound one is")
 	}
 }
@@ -302,7 +308,7 @@ func TestRetentionReloadsLostScripts(t *testing.T) {
 	if err := pw.rdb.ScriptFlush(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	pw.trimDead(context.Background())
+	pw.scheduler.trimDead(context.Background())
 	if n := pw.dead(q); n != 1 {
 		t.Fatalf("%d dead after the trim that found no script, want 1", n)
 	}

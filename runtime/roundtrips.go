@@ -20,7 +20,7 @@ type roundTrips struct {
 	c prometheus.Counter
 	h *redisconn.Health
 	// down is set (unix ns) whenever a command finds Redis unreachable: the reaper
-	// holds its reclaims for a while after it (Worker.reclaimHold).
+	// holds its reclaims for a while after it (reaper.reclaimHold).
 	down *atomic.Int64
 }
 
@@ -100,16 +100,26 @@ func (w *Worker) awaitRedis(ctx context.Context) bool {
 	case <-w.redis.Answered():
 		return true
 	case <-ctx.Done():
-	case <-w.quit:
+	case <-w.stop.quit:
 	case <-w.redis.Refused():
 	}
 	return false
 }
 
-// refusal is Run's error when Redis refused the worker for good, else nil.
-func (w *Worker) refusal() error {
-	if err := w.redis.Err(); err != nil {
-		return refusedError{err}
+// sawRedis feeds the worker's Redis health with the outcome of one of its own commands
+// (err: the command's, or a pipeline's first error). The loops call it with every
+// command's error. An instrumented client (Options.InstrumentRedis) feeds the health
+// from its hook instead, and sawRedis does nothing; otherwise it costs one atomic load
+// while Redis answers.
+func (w *Worker) sawRedis(err error) {
+	if w.instrumented || (err == nil && w.redis.Up()) {
+		return
 	}
-	return nil
+	if redisconn.Classify(err) == redisconn.Unreachable {
+		w.reaper.unreachableAt.Store(time.Now().UnixNano())
+	}
+	w.redis.Observe(ownCommand, err)
 }
+
+// ownCommand names the worker's own commands to the health (it reads only the name).
+var ownCommand = redis.NewCmd(context.Background(), "dtq")

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/dtq/dtq/internal/service"
 )
 
 func TestTaskCtxDeadlineWithoutDone(t *testing.T) {
@@ -70,7 +72,7 @@ func TestSchedulerJitterOnlyLengthens(t *testing.T) {
 	d := time.Second
 	var longer bool
 	for range 1000 {
-		j := jitterUp(d, 0.2)
+		j := service.JitterUp(d, 0.2)
 		if j < d || j > d+d/5 {
 			t.Fatalf("jitterUp(%v, 0.2) = %v, want within [%v, %v]", d, j, d, d+d/5)
 		}

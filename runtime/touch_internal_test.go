@@ -31,7 +31,7 @@ func TestTouchWarnsOnlyOfTasksReallyLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.events.close()
+	defer w.events.Stop()
 	q := w.queues[0]
 	ctx := context.Background()
 	for _, id := range []string{"done", "lost"} {
@@ -39,7 +39,7 @@ func TestTouchWarnsOnlyOfTasksReallyLost(t *testing.T) {
 		rdb.HSet(ctx, q.Task(id), "status", "succeeded", "attempt", "1", "entry", "1-1")
 		e := &execution{q: q, s: lua.Started{ID: id, Entry: "1-1", Band: map[string]int{"done": 0, "lost": 1}[id], Attempt: 1}}
 		e.recorded.Store(id == "done")
-		w.held[e.key()] = e
+		w.hold.add(e)
 	}
 	w.touchHeld(ctx)
 	out := logs.String()

@@ -3,12 +3,10 @@ package runtime
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/liveness"
-	"github.com/dtq/dtq/lua"
 )
 
 // Options are the worker's collaborators; only Config, Redis and Registry are required.
@@ -36,9 +33,18 @@ type Options struct {
 	// not served). The runtime imports no profiler: a program that wants one passes
 	// it, e.g. http.DefaultServeMux after importing net/http/pprof.
 	Pprof http.Handler
+	// InstrumentRedis adds the worker's hook to Redis: it counts every round trip
+	// (dtq_worker_redis_roundtrips_total) and feeds the worker's Redis health from
+	// every command of the client. Set it only when the worker owns the client (dtq
+	// worker does). Without it the client is left as it is, round trips are not
+	// counted, and the health follows the outcomes of the worker's own commands.
+	InstrumentRedis bool
 }
 
-// Worker runs functions on tasks from the priority streams of its queues.
+// Worker runs functions on tasks from the priority streams of its queues. It composes
+// the services of its loops — poller, reaper, scheduler (with its leader), heartbeat,
+// completer and events publisher, each a type and a file — around the executions it
+// holds (holdings) and the executor pool that runs them.
 type Worker struct {
 	cfg    Config
 	pprof  http.Handler
@@ -58,67 +64,44 @@ type Worker struct {
 	defTimeout time.Duration
 	defBackoff Backoff
 
-	metrics *metrics
-	events  *events
-	redis   *redisHealth // readiness follows it; a refusal for good ends Run
+	metrics      *metrics
+	redis        *redisHealth // readiness follows it; a refusal for good ends Run
+	instrumented bool         // Options.InstrumentRedis: the hook feeds redis
 
 	state     atomic.Int32
-	inflight  atomic.Int64
 	processed atomic.Int64
 	failed    atomic.Int64
 	retried   atomic.Int64
 	startedAt time.Time
-
-	heldMu sync.Mutex
-	held   map[heldKey]*execution // every execution started and not yet recorded
-
-	jobs        chan *execution
-	completions chan *execution
-	slotFree    chan struct{}
-
-	// fetchCtx ends when the worker starts draining: poll, reaper and scheduler stop.
-	fetchCtx    context.Context
-	stopFetch   context.CancelFunc
-	runCtx      context.Context // ends at the drain deadline: running functions are cancelled
-	cancelRun   context.CancelFunc
-	running     atomic.Int64   // functions executing now
-	execDone    chan struct{}  // signalled when an execution returns
-	sendWG      sync.WaitGroup // hand-offs waiting for room in jobs
-	poolWG      sync.WaitGroup
-	completerWG sync.WaitGroup
-	compMu      sync.RWMutex // guards compClosed against a late record
-	compClosed  bool
-
-	blocker  *blocker
-	leader   atomic.Bool
-	lockedAt atomic.Int64 // unix ms of the pass that last took or renewed the scheduler lock
-	lastBeat atomic.Int64 // unix ns of the last heartbeat written
-	// unreachableAt is the unix ns of the last command that found Redis unreachable
-	unreachableAt atomic.Int64
-	passes        atomic.Int64 // scheduler passes led
-	begun         atomic.Int64 // tasks started since Run began (DTQ_WORKER_MAX_TASKS)
-	active        atomic.Int64 // unix ns of the last start or finish (DTQ_WORKER_IDLE_EXIT_S)
-	quit          chan struct{}
-	quitOnce      sync.Once
-
-	firstFetch     chan struct{} // closed when the poll loop's first fetch returned
-	firstFetchOnce sync.Once
-	executors      atomic.Int64 // executor goroutines started
-	idleExecutors  atomic.Int64 // executors waiting for a job
-	callSeq        atomic.Int64 // numbers claim calls (their receipts)
+	callSeq   atomic.Int64 // numbers claim calls (their receipts)
 	// callTag tells this process's claim calls from those of an earlier process with
 	// the same worker id (a restart under a fixed DTQ_WORKER_ID): their receipts live
 	// 60 s, and a call of the same name would get the other's reply.
 	callTag string
-	// The claim calls of the poll and reaper loops, kept across their restarts.
-	pollCalls, reapCalls *calls
-	// What each fetching loop skips while Redis refuses its keys (kept across restarts).
-	pollFaults, reapFaults, schedFaults *faults
 
-	knownMu sync.Mutex
-	known   []string // every queue ever enqueued to, as of the scheduler's last pass
+	hold      *holdings // what the worker runs now: shared by the services
+	pool      *pool     // the executors (exec.go)
+	poller    *poller
+	reaper    *reaper
+	scheduler *scheduler
+	leader    *leader
+	heartbeat *heartbeat
+	completer *completer
+	events    *events
 
-	retention *retention // the scheduler leader's dead-task trimming (retention.go)
+	stop    stopper // why and how Run drains: Stop, StopAndCancel, stopSelf
+	runOnce sync.Once
+	ran     atomic.Bool
+	done    chan struct{} // closed when Run returned
+}
+
+// stopper holds the requests to stop: quit begins the drain, hard (StopAndCancel)
+// cuts its wait for running functions short.
+type stopper struct {
+	quit     chan struct{}
+	quitOnce sync.Once
+	hard     chan struct{}
+	hardOnce sync.Once
 }
 
 // Worker states, as reported in the heartbeat.
@@ -129,7 +112,8 @@ const (
 	stateStopped
 )
 
-// New builds a worker. It does not touch Redis: Run does.
+// New builds a worker. It does not touch Redis (Run does), starts nothing, and adds no
+// hook to the client unless Options.InstrumentRedis asks for it.
 func New(o Options) (*Worker, error) {
 	if o.Redis == nil || o.Registry == nil {
 		return nil, errors.New("runtime: New needs Redis and a Registry")
@@ -149,23 +133,18 @@ func New(o Options) (*Worker, error) {
 	w := &Worker{
 		cfg: cfg, pprof: o.Pprof, rdb: o.Redis, reg: o.Registry, now: now,
 		ks: keys.New(cfg.KeyPrefix), id: cfg.WorkerID,
-		byName:      map[string]keys.Queue{},
-		vtMS:        int64(cfg.VisibilityTimeoutS * 1000),
-		keepMS:      int64(cfg.ResultTTLS * 1000),
-		defTimeout:  seconds(cfg.DefaultTimeoutS),
-		defBackoff:  ExpBackoff(time.Duration(cfg.RetryBaseMS)*time.Millisecond, time.Duration(cfg.RetryMaxMS)*time.Millisecond),
-		held:        map[heldKey]*execution{},
-		jobs:        make(chan *execution, 4*cfg.Concurrency+keys.Bands*len(cfg.Queues)+64),
-		completions: make(chan *execution, 4*cfg.Concurrency+64),
-		slotFree:    make(chan struct{}, 1),
-		execDone:    make(chan struct{}, 1),
-		quit:        make(chan struct{}),
-		firstFetch:  make(chan struct{}),
+		byName:       map[string]keys.Queue{},
+		vtMS:         int64(cfg.VisibilityTimeoutS * 1000),
+		keepMS:       int64(cfg.ResultTTLS * 1000),
+		defTimeout:   seconds(cfg.DefaultTimeoutS),
+		defBackoff:   ExpBackoff(time.Duration(cfg.RetryBaseMS)*time.Millisecond, time.Duration(cfg.RetryMaxMS)*time.Millisecond),
+		instrumented: o.InstrumentRedis,
+		hold:         newHoldings(),
+		stop:         stopper{quit: make(chan struct{}), hard: make(chan struct{})},
+		done:         make(chan struct{}),
 	}
 	w.log = log.With("worker_id", w.id)
 	w.callTag = strconv.FormatUint(uint64(rand.Uint32()), 36)
-	w.pollCalls, w.reapCalls = w.newCalls(), w.newCalls()
-	w.pollFaults, w.reapFaults, w.schedFaults = w.newFaults("poll"), w.newFaults("reaper"), w.newFaults("scheduler")
 	for _, q := range cfg.Queues {
 		kq := w.ks.Queue(q)
 		w.queues = append(w.queues, kq)
@@ -174,17 +153,25 @@ func New(o Options) (*Worker, error) {
 	}
 	w.metrics = newMetrics(w.id)
 	w.redis = newRedisHealth(w)
-	w.rdb.AddHook(roundTrips{w.metrics.roundTrips, w.redis, &w.unreachableAt})
 	w.metrics.concurrency.Set(float64(cfg.Concurrency))
 	w.events = newEvents(w.rdb, w.ks.Events(), cfg.EventsMaxLen, w.log, o.Observe, w.metrics.eventsDropped.Inc)
-	w.fetchCtx, w.stopFetch = context.WithCancel(context.Background())
-	w.runCtx, w.cancelRun = context.WithCancel(context.Background())
+	w.pool = newPool(w, cfg.Concurrency, 4*cfg.Concurrency+keys.Bands*len(cfg.Queues)+64)
+	w.completer = newCompleter(w, 4*cfg.Concurrency+64)
+	w.poller = newPoller(w)
+	w.reaper = newReaper(w)
+	w.leader = &leader{rdb: w.rdb, lock: w.ks.SchedulerLock(), token: w.id, ttlMS: int64(cfg.SchedulerLockTTLMS),
+		log: w.log, gauge: w.metrics.leader, notify: w.publish, seen: w.sawRedis}
+	w.scheduler = newScheduler(w, w.leader)
+	w.heartbeat = &heartbeat{w: w}
+	if o.InstrumentRedis {
+		w.rdb.AddHook(roundTrips{w.metrics.roundTrips, w.redis, &w.reaper.unreachableAt})
+	}
 	return w, nil
 }
 
 // Fetched is closed once the worker's first fetch of work returned: what can wait
 // (the HTTP endpoints, the runtime metrics) starts after it.
-func (w *Worker) Fetched() <-chan struct{} { return w.firstFetch }
+func (w *Worker) Fetched() <-chan struct{} { return w.poller.fetched }
 
 // ID is the worker id: consumer name, lock token, metrics label.
 func (w *Worker) ID() string { return w.id }
@@ -197,59 +184,62 @@ func (w *Worker) Ready() bool { return w.state.Load() == stateRunning && w.redis
 func (w *Worker) Draining() bool { return w.state.Load() >= stateDraining }
 
 // Inflight is the number of executions started and not yet recorded.
-func (w *Worker) Inflight() int64 { return w.inflight.Load() }
+func (w *Worker) Inflight() int64 { return w.hold.inflight.Load() }
 
 func (w *Worker) publish(ev Event) {
 	ev.Worker = w.id
 	w.events.publish(ev)
 }
 
-// Run serves until ctx ends, then drains: it stops fetching, waits up to the drain
-// timeout for running functions, cancels the rest and hands their entries back, and
-// returns once the final heartbeat is written. Call Run once. It returns nil, or an
-// error wrapping ErrRedisRefused when Redis refused the worker for good (it then
-// drains as on SIGTERM).
+// restarted counts a supervised loop's restart (the series appears with the first).
+func (w *Worker) restarted(loop string) func() {
+	return func() { w.metrics.loopRestarts.WithLabelValues(loop).Inc() }
+}
+
+// errRunTwice is Run's error when the worker already ran.
+var errRunTwice = errors.New("runtime: Run called twice")
+
+// Run serves until ctx ends (or Stop, StopAndCancel, or the worker's own limits), then
+// drains (drain.go): it stops fetching, waits up to the drain timeout for running
+// functions, cancels the rest and hands their entries back, and returns once the final
+// heartbeat is written. Call Run once. It returns nil after a drain, or an error
+// wrapping ErrRedisRefused when Redis refused the worker for good (it then drains as
+// on SIGTERM).
 func (w *Worker) Run(ctx context.Context) error {
+	first := false
+	w.runOnce.Do(func() { first = true })
+	if !first {
+		return errRunTwice
+	}
+	w.ran.Store(true)
+	defer close(w.done)
 	w.startedAt = w.now()
-	w.active.Store(w.startedAt.UnixNano())
+	w.hold.active.Store(w.startedAt.UnixNano())
 	w.state.Store(stateStarting)
+	// The services run until the drain stops them, whatever ctx does: ctx only begins
+	// the drain.
+	bg := context.WithoutCancel(ctx)
 	// Start-up waits for nothing and puts the first fetch first: groups are created by
 	// the claim script on first use, scripts load on the first EVALSHA miss, executors
-	// start on demand, and the rest — the "starting" heartbeat, the reaper and scheduler
-	// loops, the runtime metrics — begins as soon as the first fetch returned. On a cold
-	// start every first run of a code path costs page faults, and those would otherwise
-	// stand between the worker and its first task.
-	w.events.start()
-	w.blocker = newBlocker(w.rdb)
-	w.completerWG.Add(1)
-	go w.completer()
-
-	var loops sync.WaitGroup
-	start := func(name string, fn func(context.Context) error) {
-		loops.Add(1)
-		go func() {
-			defer loops.Done()
-			w.supervise(w.fetchCtx, name, fn)
-		}()
+	// start on demand, and the rest — the heartbeat, the reaper and the scheduler, the
+	// runtime metrics — begins as soon as the first fetch returned. On a cold start
+	// every first run of a code path costs page faults, and those would otherwise stand
+	// between the worker and its first task.
+	_ = w.events.Start(bg)
+	_ = w.completer.Start(bg)
+	_ = w.poller.Start(bg)
+	select {
+	case <-w.poller.fetched: // the poller closes it after its first fetch
+	case <-ctx.Done(): // a stop before the first fetch: the drain stops the poller
+	case <-w.stop.quit:
 	}
-	start("poll", w.pollLoop)
-	<-w.firstFetch // the poll loop closes it after its first fetch (the drain too)
 	// "Started" means Redis answered: if that fetch failed, wait for its first reply.
 	answered := w.awaitRedis(ctx)
 	w.state.Store(stateRunning)
-	started := make(chan struct{})
-	go func() { defer close(started); w.heartbeatOnce(context.Background()) }()
+	_ = w.heartbeat.Start(bg) // its first pass writes at once
 	go w.metrics.addRuntimeCollectors()
-	start("reaper", w.reaperLoop)
-	start("scheduler", w.schedulerLoop)
-	hbCtx, stopHB := context.WithCancel(context.Background())
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		<-started
-		w.lastBeat.Store(0) // the first loop pass says "ready" at once
-		w.supervise(hbCtx, "heartbeat", w.heartbeatLoop)
-	}()
+	_ = w.reaper.Start(bg)
+	_ = w.scheduler.Start(bg)
 	if answered {
 		w.publish(Event{Type: EventWorkerStarted})
 		w.log.Info("worker: started", "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
@@ -257,199 +247,47 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	select {
 	case <-ctx.Done():
-	case <-w.quit:
+	case <-w.stop.quit:
 	case <-w.redis.Refused():
 	}
-	w.drain(&loops)
-	stopHB()
-	<-hbDone
-	w.finalHeartbeat()
-	w.publish(Event{Type: EventWorkerStopped, Detail: fmt.Sprintf("processed=%d failed=%d", w.processed.Load(), w.failed.Load())})
-	w.events.close()
-	w.blocker.close()
-	w.log.Info("worker: stopped")
-	return w.refusal()
+	w.drain()
+	if err := w.redis.Err(); err != nil {
+		return refusedError{err}
+	}
+	return nil
+}
+
+// Stop begins the drain, as SIGTERM does, and waits until Run has returned or ctx
+// ends (it then returns ctx's error; the drain goes on). Before Run it returns at once,
+// and a later Run drains at once. Safe to call twice and from several goroutines.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.stop.quitOnce.Do(func() { close(w.stop.quit) })
+	if !w.ran.Load() {
+		return nil
+	}
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// StopAndCancel is the hard stop: it cancels running functions at once (no drain
+// timeout), hands their entries back, then drains and waits as Stop. Safe to call
+// twice, after Stop, and before Run.
+func (w *Worker) StopAndCancel(ctx context.Context) error {
+	w.stop.hardOnce.Do(func() { close(w.stop.hard) })
+	return w.Stop(ctx)
 }
 
 // stopSelf begins the drain from inside (a task limit or the idle time reached), as a
 // SIGTERM would; Run then returns nil and the process exits 0.
 func (w *Worker) stopSelf(why string) {
-	w.quitOnce.Do(func() {
+	w.stop.quitOnce.Do(func() {
 		w.log.Info("worker: stopping by itself", "reason", why)
-		close(w.quit)
+		close(w.stop.quit)
 	})
-}
-
-// drain implements SIGTERM: stop fetching, wait, cancel, hand back.
-func (w *Worker) drain(loops *sync.WaitGroup) {
-	w.stopFetch()
-	w.firstFetchOnce.Do(func() { close(w.firstFetch) }) // a stop before the first fetch
-	// No more hand-offs: leave at once, and again once the loops are done, in case a
-	// claim in flight registered again.
-	w.leave()
-	w.state.Store(stateDraining)
-	w.metrics.draining.Set(1)
-	w.log.Info("worker: draining", "inflight", w.inflight.Load(), "timeout_s", w.cfg.DrainTimeoutS)
-	w.blocker.unblockUntil(loops)
-	loops.Wait()
-	w.leave()
-	w.heartbeatOnce(context.Background()) // status draining
-
-	if w.leader.Load() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if _, err := lua.LockRelease.Run(ctx, w.rdb, lua.LockArgs{Lock: w.ks.SchedulerLock(), Token: w.id}); err != nil {
-			w.log.Warn("scheduler: lock release failed", "err", err)
-		}
-		cancel()
-		w.leader.Store(false)
-		w.metrics.leader.Set(0)
-	}
-
-	deadline := time.NewTimer(w.cfg.DrainTimeout())
-	defer deadline.Stop()
-	gaveUp := false
-	for !gaveUp && w.inflight.Load() > 0 {
-		select {
-		case <-w.slotFree:
-		case <-deadline.C:
-			w.giveUp()
-			gaveUp = true
-		}
-	}
-	w.sendWG.Wait()
-	close(w.jobs)
-	if gaveUp {
-		waitTimeout(&w.poolWG, time.Second) // a function ignoring cancellation is left behind
-	} else {
-		w.poolWG.Wait()
-	}
-	w.compMu.Lock()
-	w.compClosed = true
-	close(w.completions)
-	w.compMu.Unlock()
-	w.completerWG.Wait()
-}
-
-// waitTimeout waits for wg at most d and reports whether it finished.
-func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
-	}
-}
-
-// giveUp cancels running functions at the drain deadline and hands their entries back
-// (idle = the visibility timeout, so a peer's next reaper pass takes them at once),
-// without ACK. Functions that ignore cancellation are detached: their results are
-// discarded.
-func (w *Worker) giveUp() {
-	w.log.Warn("worker: drain timeout, cancelling running functions", "inflight", w.inflight.Load())
-	w.cancelRun()
-	grace := time.NewTimer(time.Second)
-	defer grace.Stop()
-	for w.running.Load() > 0 {
-		select {
-		case <-w.execDone:
-			continue
-		case <-grace.C:
-			w.log.Warn("worker: functions ignore cancellation; detaching them", "running", w.running.Load())
-		}
-		break
-	}
-	// Everything still held now has no outcome to record: cancelled or detached,
-	// or queued behind the pool and never started.
-	w.heldMu.Lock()
-	var back []*execution
-	for _, e := range w.held {
-		if e.recorded.CompareAndSwap(false, true) {
-			back = append(back, e)
-		}
-	}
-	w.heldMu.Unlock()
-	w.handBack(back)
-}
-
-// touchBack hands back held entries, by queue: idle = the visibility timeout (a peer's
-// next reaper pass takes them) and the attempt marked as handed back, still not ACKed.
-func (w *Worker) touchBack(byQueue map[string][]lua.Held) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	for name, hs := range byQueue {
-		ok, err := lua.Touch.Run(ctx, w.rdb, lua.TouchArgs{Queue: w.byName[name], Consumer: w.id, IdleMS: w.vtMS, Handback: true, Items: hs})
-		if err != nil {
-			w.log.Warn("drain: hand back failed; peers reclaim after the visibility timeout", "queue", name, "err", err)
-			continue
-		}
-		for i, h := range hs {
-			if ok[i] {
-				w.publish(Event{Type: EventHandedBack, Queue: name, TaskID: h.ID, Attempt: h.Attempt})
-			}
-		}
-	}
-}
-
-func (w *Worker) handBack(list []*execution) {
-	byQueue := map[string][]lua.Held{}
-	for _, e := range list {
-		byQueue[e.q.Name] = append(byQueue[e.q.Name], e.heldRef())
-	}
-	w.touchBack(byQueue)
-	for _, e := range list {
-		w.metrics.count(e.fnLabel, OutcomeHandedBack)
-		w.release(e)
-	}
-}
-
-// supervise runs fn until ctx ends; an error or a panic is logged and fn restarts
-// after 0.5–1.5 s. The worker never dies of a loop.
-func (w *Worker) supervise(ctx context.Context, name string, fn func(context.Context) error) {
-	for {
-		err := func() (err error) {
-			defer func() {
-				if r := recover(); r != nil {
-					err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
-				}
-			}()
-			return fn(ctx)
-		}()
-		if ctx.Err() != nil {
-			return
-		}
-		w.metrics.loopRestarts.WithLabelValues(name).Inc()
-		w.log.Error(name+": loop failed; restarting", "err", err)
-		if !sleepCtx(ctx, jitter(time.Second, 0.5)) {
-			return
-		}
-	}
-}
-
-// sleepCtx waits d or until ctx ends; it reports whether the full wait elapsed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// jitter returns d ± frac·d, uniformly.
-func jitter(d time.Duration, frac float64) time.Duration {
-	f := 1 + frac*(2*rand.Float64()-1)
-	return time.Duration(float64(d) * f)
-}
-
-// jitterUp returns d lengthened by a random fraction of it up to frac.
-func jitterUp(d time.Duration, frac float64) time.Duration {
-	return time.Duration(float64(d) * (1 + frac*rand.Float64()))
 }
 
 func hostname() string {
@@ -460,19 +298,18 @@ func hostname() string {
 	return h
 }
 
-// status is the heartbeat's self-reported status, as the string Redis is sent.
-func (w *Worker) status() string {
+func (w *Worker) status() liveness.Status {
 	switch w.state.Load() {
 	case stateStarting:
-		return string(liveness.Starting)
+		return liveness.Starting
 	case stateRunning:
-		if w.inflight.Load() > 0 {
-			return string(liveness.Busy)
+		if w.hold.inflight.Load() > 0 {
+			return liveness.Busy
 		}
-		return string(liveness.Ready)
+		return liveness.Ready
 	case stateDraining:
-		return string(liveness.Draining)
+		return liveness.Draining
 	default:
-		return string(liveness.Stopped)
+		return liveness.Stopped
 	}
 }

@@ -64,7 +64,8 @@ func runWorker(args []string) int {
 	// permission) once; the loops retrying into it stay quiet about it until the exit.
 	quiet := slog.New(redisconn.QuietRefusals(log.Handler()))
 	w, err := runtime.New(runtime.Options{Config: cfg, Redis: rdb, Registry: function.Registry(), Logger: quiet,
-		Pprof: http.DefaultServeMux}) // net/http/pprof registered there; served with DTQ_PPROF only
+		Pprof:           http.DefaultServeMux, // net/http/pprof registered there; served with DTQ_PPROF only
+		InstrumentRedis: true})                // the worker owns this client: count its round trips
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dtq worker: %v\n", err)
 		return exitUsage

@@ -1,0 +1,87 @@
+package runtime
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/dtq/dtq/lua"
+)
+
+// holdings is what the worker holds, shared by its services: every execution started
+// and not yet settled (recorded or handed back), and the counters the poller, reaper,
+// heartbeat and drain read. The poller and the reaper add; the completer and the
+// drain's hand-back release; the heartbeat and the reaper touch what is held.
+type holdings struct {
+	mu   sync.Mutex
+	held map[heldKey]*execution
+
+	inflight atomic.Int64 // started and not yet returned (a slot of the concurrency)
+	begun    atomic.Int64 // tasks started since Run began (DTQ_WORKER_MAX_TASKS)
+	active   atomic.Int64 // unix ns of the last start or finish (DTQ_WORKER_IDLE_EXIT_S)
+	// slotFree is signalled when an execution returns: the poller waits on it at full
+	// capacity, the drain while functions run.
+	slotFree chan struct{}
+}
+
+func newHoldings() *holdings {
+	return &holdings{held: map[heldKey]*execution{}, slotFree: make(chan struct{}, 1)}
+}
+
+func (h *holdings) add(e *execution) {
+	h.mu.Lock()
+	h.held[e.key()] = e
+	h.mu.Unlock()
+}
+
+// remove forgets e (when it is still the execution held under its key).
+func (h *holdings) remove(e *execution) {
+	h.mu.Lock()
+	if k := e.key(); h.held[k] == e {
+		delete(h.held, k)
+	}
+	h.mu.Unlock()
+}
+
+// freed wakes whoever waits for a slot.
+func (h *holdings) freed() {
+	select {
+	case h.slotFree <- struct{}{}:
+	default:
+	}
+}
+
+// entries lists, by queue, the entries of the executions held now.
+func (h *holdings) entries() map[string][]lua.Delivered {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string][]lua.Delivered{}
+	for k := range h.held {
+		out[k.queue] = append(out[k.queue], lua.Delivered{Band: k.band, Entry: k.entry})
+	}
+	return out
+}
+
+// byQueue lists the executions held now, by queue.
+func (h *holdings) byQueue() map[string][]*execution {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string][]*execution{}
+	for _, e := range h.held {
+		out[e.q.Name] = append(out[e.q.Name], e)
+	}
+	return out
+}
+
+// unrecorded takes the fate of every held execution whose outcome has not gone to the
+// completer (the drain's give-up: cancelled, detached, or never started).
+func (h *holdings) unrecorded() []*execution {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*execution
+	for _, e := range h.held {
+		if e.recorded.CompareAndSwap(false, true) {
+			out = append(out, e)
+		}
+	}
+	return out
+}

@@ -1,0 +1,429 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	goruntime "runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/internal/service"
+	"github.com/dtq/dtq/lua"
+)
+
+// batchMax is the most entries one read takes from one queue (the design's 32).
+const batchMax = 32
+
+// poller is the poll loop as a service: while capacity is left, read up to
+// min(remaining, 32) new entries from each queue in order, bands p9 → p0, skipping
+// paused queues; when nothing was collected, block on all bands at once (blockread.go)
+// and claim what the read delivered. It ends the worker by itself when
+// DTQ_WORKER_MAX_TASKS tasks have started or nothing ran for DTQ_WORKER_IDLE_EXIT_S.
+type poller struct {
+	service.Base
+	w       *Worker
+	calls   *calls  // the loop's claim calls, kept across its restarts (receipts.go)
+	faults  *faults // what the loop skips while Redis refuses its keys
+	blocker *blocker
+	paused  []bool // per served queue: paused as of its last claim (the loop's only)
+
+	fetched     chan struct{} // closed when the loop's first fetch returned
+	fetchedOnce sync.Once
+}
+
+func newPoller(w *Worker) *poller {
+	return &poller{w: w, calls: w.newCalls(), faults: w.newFaults("poll"), blocker: newBlocker(w.rdb),
+		paused: make([]bool, len(w.queues)), fetched: make(chan struct{})}
+}
+
+// Start begins polling.
+func (p *poller) Start(ctx context.Context) error {
+	p.Go(ctx, func(ctx context.Context) { service.Supervise(ctx, "poll", p.w.log, p.w.restarted("poll"), p.loop) })
+	return nil
+}
+
+// Stop ends the loop, unblocking its idle read at once (CLIENT UNBLOCK), and waits.
+func (p *poller) Stop() {
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); p.Base.Stop() }()
+	p.blocker.unblockUntil(stopped)
+	p.markFetched() // a stop before the first fetch
+}
+
+// markFetched closes fetched, once.
+func (p *poller) markFetched() { p.fetchedOnce.Do(func() { close(p.fetched) }) }
+
+func (p *poller) loop(ctx context.Context) error {
+	w := p.w
+	for ctx.Err() == nil {
+		capacity, ok := p.capacity(ctx)
+		if !ok {
+			return nil
+		}
+		if capacity <= 0 {
+			select {
+			case <-w.hold.slotFree:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		got, err := p.fetch(ctx, capacity)
+		p.fetchedOnce.Do(func() {
+			if got > 0 {
+				// The executors of the first tasks are runnable on this P: let them call
+				// their functions before Run, woken below, starts the heartbeat, the
+				// reaper and the scheduler (a cold start's first task: 0.1 ms sooner).
+				goruntime.Gosched()
+			}
+			close(p.fetched)
+		})
+		if err != nil {
+			return err
+		}
+		if got > 0 {
+			continue
+		}
+		if w.idleFor() {
+			w.stopSelf("idle for DTQ_WORKER_IDLE_EXIT_S")
+			<-ctx.Done()
+			return nil
+		}
+		if err := p.block(ctx, capacity); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// capacity is how many tasks the next fetch may start: concurrency − in flight, within
+// what DTQ_WORKER_MAX_TASKS leaves; false once that limit is reached (the worker then
+// stops by itself and the loop waits for its end).
+func (p *poller) capacity(ctx context.Context) (int64, bool) {
+	w := p.w
+	capacity := int64(w.cfg.Concurrency) - w.hold.inflight.Load()
+	if w.cfg.MaxTasks > 0 {
+		left := w.cfg.MaxTasks - w.hold.begun.Load()
+		if left <= 0 {
+			w.stopSelf("DTQ_WORKER_MAX_TASKS reached")
+			<-ctx.Done()
+			return 0, false
+		}
+		capacity = min(capacity, left)
+	}
+	return capacity, true
+}
+
+// runOnce is one non-blocking fetch pass at the capacity left: what the loop does
+// before it considers blocking. It returns how many tasks it started.
+func (p *poller) runOnce(ctx context.Context) (int64, error) {
+	capacity, ok := p.capacity(ctx)
+	if !ok || capacity <= 0 {
+		return 0, nil
+	}
+	return p.fetch(ctx, capacity)
+}
+
+// fetch reads new entries without blocking, queue by queue, and starts their tasks.
+func (p *poller) fetch(ctx context.Context, capacity int64) (int64, error) {
+	w, calls, paused := p.w, p.calls, p.paused
+	var got int64
+	for i, q := range w.queues {
+		want := min(capacity-got, batchMax)
+		if want <= 0 || ctx.Err() != nil {
+			break
+		}
+		if p.faults.skip(q.Name) {
+			continue
+		}
+		call, prev := calls.next(q.Name)
+		now := w.now()
+		var until int64
+		if p.waitsOn(i) {
+			until = now.Add(w.blockFor() + registrationSlack).UnixMilli()
+		}
+		res, err := lua.Claim.Run(ctx, w.rdb, lua.ClaimArgs{Queue: q,
+			Consumer: w.id, NowMS: now.UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
+			Call: call, Previous: prev, RegisterUntilMS: until, Tag: w.callTag, Received: calls.recv[q.Name],
+		})
+		w.sawRedis(err)
+		if err != nil {
+			if ctx.Err() != nil {
+				return got, nil
+			}
+			w.metrics.redisErrors.WithLabelValues("claim").Inc()
+			if !lua.IsKeyError(err) {
+				return got, err
+			}
+			// this queue's keys are refused (the script wrote no receipt): skip it for a
+			// while and serve the others
+			calls.answered(q.Name)
+			p.faults.fail(q.Name, lua.Diagnose(ctx, w.rdb, q, w.id, "claim", err))
+			continue
+		}
+		calls.answered(q.Name)
+		p.faults.ok(q.Name)
+		p.brokenBands(q, res.Broken)
+		paused[i] = res.Paused
+		w.handleClaim(q, res)
+		got += int64(len(res.Started))
+	}
+	return got, nil
+}
+
+// brokenBands puts the bands a claim found of another type than a stream in backoff,
+// so the idle read, which would fail as a whole on them, leaves them out.
+func (p *poller) brokenBands(q keys.Queue, bands []int) {
+	for _, b := range bands {
+		if s := q.Stream(b); !p.faults.skip(s) {
+			p.faults.fail(s, fmt.Errorf("band %d of queue %s is not a stream: its entries wait until it is mended; the other bands are served", b, q.Name))
+		}
+	}
+}
+
+// pausedRecheck bounds the idle block while a queue the worker serves is paused: the
+// claim reads the pause flag, so a resume takes effect within this time (at the cost of
+// a claim and a read a second while the pause lasts, instead of one read per
+// DTQ_POLL_BLOCK_MS).
+const pausedRecheck = time.Second
+
+// registrationSlack is how long a hand-off registration outlives the blocking read it
+// was made for: the time to the next claim, which renews it.
+const registrationSlack = time.Second
+
+// waitsOn reports whether the idle read will cover queue i (every unpaused queue on a
+// single node; on a cluster the first unpaused one): only then may the worker register
+// for hand-offs on it, or a task handed to it would wait for its next claim.
+func (p *poller) waitsOn(i int) bool {
+	w := p.w
+	off := func(j int) bool { return p.paused[j] || p.faults.skip(w.queues[j].Name) }
+	if off(i) {
+		return false
+	}
+	if p.blocker.single != nil {
+		return true
+	}
+	for j := range i {
+		if !off(j) {
+			return false
+		}
+	}
+	return true
+}
+
+// block waits, on one blocking XREADGROUP over every band and the inbox of every
+// unpaused queue, for the next entry or hand-off; a hand-off starts at once, an entry
+// is claimed at once, topped up to capacity.
+func (p *poller) block(ctx context.Context, capacity int64) error {
+	w, calls, paused := p.w, p.calls, p.paused
+	var streams []string
+	for i, q := range w.queues {
+		if !p.waitsOn(i) {
+			continue
+		}
+		for b := keys.MaxPriority; b >= 0; b-- {
+			if !p.faults.skip(q.Stream(b)) {
+				streams = append(streams, q.Stream(b))
+			}
+		}
+		if !p.faults.skip(q.Inbox(w.id)) {
+			streams = append(streams, q.Inbox(w.id))
+		}
+	}
+	d := w.blockFor()
+	if slices.Contains(paused, true) {
+		// a paused queue is not read, so its resume wakes nothing: look again soon
+		d = min(d, pausedRecheck)
+	}
+	if len(streams) == 0 {
+		service.Sleep(ctx, d)
+		return nil
+	}
+	xs, err := p.blocker.read(ctx, w.id, streams, d)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		w.sawRedis(err)
+		if redis.HasErrorPrefix(err, "NOGROUP") {
+			return w.ensureGroups(ctx)
+		}
+		if redis.HasErrorPrefix(err, "UNBLOCKED") {
+			// a stream read was deleted or overwritten under the read: the next claim
+			// recreates it, or names it broken
+			return nil
+		}
+		w.metrics.redisErrors.WithLabelValues("read").Inc()
+		if lua.IsKeyError(err) && p.wrongTypeStreams(ctx, streams, err) {
+			return nil // the next read leaves them out
+		}
+		return err
+	}
+	w.sawRedis(nil)
+	if p.faults.any() {
+		for _, s := range streams {
+			p.faults.ok(s) // read again: mended
+		}
+	}
+	if len(xs) == 0 {
+		return nil
+	}
+	delivered, handed := w.sortRead(xs, calls)
+	if ctx.Err() != nil {
+		// Draining began while the read was blocked: start nothing new. Hand the
+		// deliveries and hand-offs back (idle = the visibility timeout) so a peer's
+		// reaper takes them at once; they are not ACKed.
+		w.handBackStarted(handed)
+		return w.handBackDeliveries(delivered)
+	}
+	for _, q := range w.queues {
+		if s := handed[q.Name]; len(s) > 0 {
+			w.start(q, s)
+			capacity -= int64(len(s))
+		}
+	}
+	if len(handed) > 0 {
+		// Let the executor just woken run on this P now, before this loop's next claim
+		// is encoded and sent: the hand-off was all the function waited for.
+		goruntime.Gosched()
+	}
+	for i, q := range w.queues {
+		d := delivered[q.Name]
+		// A hand-off is told to the next claim on its queue (then it is no longer a
+		// hand-back if this worker dies); with no capacity left, that is this one.
+		if len(d) == 0 && (capacity > 0 || len(calls.recv[q.Name]) == 0) {
+			continue
+		}
+		want := max(0, min(capacity-int64(len(d)), batchMax))
+		call, prev := calls.next(q.Name)
+		res, err := lua.Claim.Run(ctx, w.rdb, lua.ClaimArgs{Queue: q,
+			Consumer: w.id, NowMS: w.now().UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
+			Delivered: d, Call: call, Previous: prev, Received: calls.recv[q.Name],
+		})
+		w.sawRedis(err)
+		if err != nil {
+			// the entries stay pending; the reaper takes them after the visibility timeout
+			w.metrics.redisErrors.WithLabelValues("claim").Inc()
+			if !lua.IsKeyError(err) {
+				return err
+			}
+			calls.answered(q.Name)
+			p.faults.fail(q.Name, lua.Diagnose(ctx, w.rdb, q, w.id, "claim", err))
+			continue
+		}
+		calls.answered(q.Name)
+		p.faults.ok(q.Name)
+		p.brokenBands(q, res.Broken)
+		paused[i] = res.Paused
+		w.handleClaim(q, res)
+		capacity -= int64(len(res.Started))
+	}
+	return nil
+}
+
+// wrongTypeStreams finds which of the streams the idle read covered are of another
+// type (the read failed as a whole on them) and puts them in backoff; it reports
+// whether it found any.
+func (p *poller) wrongTypeStreams(ctx context.Context, streams []string, err error) bool {
+	w := p.w
+	found := false
+	for _, q := range w.queues {
+		if !slices.ContainsFunc(streams, func(s string) bool { return q.BandOf(s) >= 0 || s == q.Inbox(w.id) }) {
+			continue
+		}
+		var qe *lua.QueueError
+		if !errors.As(lua.Diagnose(ctx, w.rdb, q, w.id, "read", err), &qe) {
+			continue
+		}
+		for _, wt := range qe.Wrong {
+			if slices.Contains(streams, wt.Key) {
+				p.faults.fail(wt.Key, fmt.Errorf("the idle read of queue %s: %s", q.Name, wt))
+				found = true
+			}
+		}
+	}
+	return found
+}
+
+// idleFor reports whether DTQ_WORKER_IDLE_EXIT_S has passed with nothing running.
+func (w *Worker) idleFor() bool {
+	if w.cfg.IdleExitS <= 0 || w.hold.inflight.Load() > 0 {
+		return false
+	}
+	return time.Since(time.Unix(0, w.hold.active.Load())) >= seconds(w.cfg.IdleExitS)
+}
+
+// blockFor is how long the idle read may block: DTQ_POLL_BLOCK_MS, or less when the
+// idle exit comes sooner.
+func (w *Worker) blockFor() time.Duration {
+	d := time.Duration(w.cfg.PollBlockMS) * time.Millisecond
+	if w.cfg.IdleExitS > 0 {
+		left := seconds(w.cfg.IdleExitS) - time.Since(time.Unix(0, w.hold.active.Load()))
+		d = max(time.Millisecond, min(d, left+time.Millisecond))
+	}
+	return d
+}
+
+// streamOf names the queue of a stream the idle read covers and its band (-1: the
+// worker's inbox on that queue).
+func (w *Worker) streamOf(stream string) (keys.Queue, int, bool) {
+	for _, q := range w.queues {
+		if b := q.BandOf(stream); b >= 0 {
+			return q, b, true
+		}
+		if stream == q.Inbox(w.id) {
+			return q, -1, true
+		}
+	}
+	return keys.Queue{}, 0, false
+}
+
+// ensureGroups creates the consumer group on every band of every queue (MKSTREAM).
+func (w *Worker) ensureGroups(ctx context.Context) error {
+	_, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, q := range w.queues {
+			for _, s := range q.Streams {
+				p.XGroupCreateMkStream(ctx, s, keys.Group, "0")
+			}
+			// the inbox lapsed (its worker was busy for ten minutes): as the claim makes it
+			p.XGroupCreateMkStream(ctx, q.Inbox(w.id), keys.Group, "0")
+			p.PExpire(ctx, q.Inbox(w.id), 10*time.Minute)
+		}
+		return nil
+	})
+	w.sawRedis(err)
+	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+		return err
+	}
+	return nil
+}
+
+// handleClaim starts what a claim started and reports what it absorbed or rejected.
+func (w *Worker) handleClaim(q keys.Queue, res lua.ClaimResult) {
+	if len(res.Started) > 0 {
+		w.start(q, res.Started)
+	}
+	for _, a := range res.Absorbed {
+		if a.Status == "dead" {
+			w.metrics.count("(claim)", OutcomeDead)
+			w.log.Warn("claim: task killed at claim", "queue", q.Name, "task", a.ID)
+			w.publish(Event{Type: EventTaskDead, Queue: q.Name, TaskID: a.ID, Detail: "payload over the limit"})
+			continue
+		}
+		w.metrics.count("(claim)", OutcomeAbsorbed)
+		w.publish(Event{Type: EventDuplicateAbsorbed, Queue: q.Name, TaskID: a.ID, Detail: "entry " + a.Entry + ", task " + a.Status})
+	}
+	for _, r := range res.Returned {
+		w.metrics.count("(claim)", OutcomeReturned)
+		w.publish(Event{Type: EventReturned, Queue: q.Name, TaskID: r.ID, Detail: "queue paused: entry " + r.Entry + " put back as " + r.New})
+	}
+	for _, in := range res.Invalid {
+		w.metrics.count("(claim)", OutcomeInvalid)
+		w.log.Warn("claim: malformed entry moved to a dead record", "queue", q.Name, "entry", in.Entry, "dead_id", in.DeadID, "reason", in.Reason)
+		w.publish(Event{Type: EventInvalidEntry, Queue: q.Name, TaskID: in.DeadID, Detail: in.Reason})
+	}
+}
