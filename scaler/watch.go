@@ -299,6 +299,9 @@ func (w *watcher) block(ctx context.Context, reader *blockread.Reader, next wake
 	args = append(args, next.streams...)
 	args = append(args, next.ids...)
 	xs, err := reader.XRead(rctx, &redis.XReadArgs{Streams: args, Count: 1, Block: d})
+	if err != nil && rctx.Err() != nil {
+		return false, nil // ended for a subscription or Stop before it got an answer
+	}
 	return err == nil && len(xs) > 0, err
 }
 
