@@ -12,8 +12,9 @@
 //     proxy, an embedded server): from then on, for good.
 //
 // A nil reply (redis.Nil: nothing arrived within the block) is no error: the read
-// returns no streams and a nil error. An error on the dedicated connection closes it;
-// the next read opens another (with a new CLIENT ID).
+// returns no streams and a nil error. A read whose context ended before entries came
+// returns no streams and the context's error. An error on the dedicated connection
+// closes it; the next read opens another (with a new CLIENT ID).
 package blockread
 
 import (
@@ -92,9 +93,10 @@ func (r *Reader) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) ([]red
 // XRead is XREAD with a.Block as the block: 0 blocks until an entry comes or ctx ends
 // (on the pool: at most the short block), a negative block does not block.
 //
-// It returns the streams read, or none and a nil error when the block ran out or ctx
-// ended first. A ctx ended before the read is sent returns ctx's error. A read that
-// got its entries as ctx ended returns them: the caller decides what to do with them.
+// It returns the streams read; none and a nil error when the block ran out; none and
+// ctx's error when ctx ended first (before the read was sent, or during it). A read
+// that got its entries as ctx ended returns them: the caller decides what to do with
+// them.
 func (r *Reader) XRead(ctx context.Context, a *redis.XReadArgs) ([]redis.XStream, error) {
 	args := *a
 	return r.read(ctx, args.Block, func(ctx context.Context, c redis.Cmdable, block time.Duration) ([]redis.XStream, error) {
@@ -116,15 +118,15 @@ func (r *Reader) read(ctx context.Context, block time.Duration, do readFunc) ([]
 	}
 	single := r.single.Load()
 	if single == nil {
-		return nothing(do(ctx, r.rdb, r.shorten(block)))
+		return settle(ctx)(do(ctx, r.rdb, r.shorten(block)))
 	}
 	conn, id, err := r.connection(ctx, single)
 	if err != nil {
 		if ctx.Err() == nil && refused(err) {
 			r.single.Store(nil)
-			return nothing(do(ctx, r.rdb, r.shorten(block)))
+			return settle(ctx)(do(ctx, r.rdb, r.shorten(block)))
 		}
-		return nil, err
+		return settle(ctx)(nil, err)
 	}
 	// An ended ctx interrupts the read; the read waits for the interruption to be over,
 	// so no CLIENT UNBLOCK of it can reach a later read on the same connection.
@@ -142,7 +144,7 @@ func (r *Reader) read(ctx context.Context, block time.Duration, do readFunc) ([]
 	if err != nil && !errors.Is(err, redis.Nil) {
 		r.resetLocked()
 	}
-	return nothing(res, err)
+	return settle(ctx)(res, err)
 }
 
 // shorten bounds a block nothing can interrupt.
@@ -156,12 +158,20 @@ func (r *Reader) shorten(block time.Duration) time.Duration {
 	return block
 }
 
-// nothing turns a nil reply into no streams and no error.
-func nothing(res []redis.XStream, err error) ([]redis.XStream, error) {
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
+// settle gives a read's answer: a nil reply is no streams and no error; no streams
+// once ctx ended (an interrupted block, or go-redis giving up on the ended ctx) is ctx's
+// error.
+func settle(ctx context.Context) func([]redis.XStream, error) ([]redis.XStream, error) {
+	return func(res []redis.XStream, err error) ([]redis.XStream, error) {
+		if errors.Is(err, redis.Nil) {
+			res, err = nil, nil
+		}
+		if len(res) == 0 && ctx.Err() != nil &&
+			(err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+			return nil, ctx.Err()
+		}
+		return res, err
 	}
-	return res, err
 }
 
 // connection returns the dedicated connection and its CLIENT ID, opening it if need
