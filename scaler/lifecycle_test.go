@@ -91,7 +91,22 @@ func TestRunServesUntilContextEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Stop() // before Run: nothing to stop
+	s.Stop() // before Serve: nothing to stop
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Serve(gl, nil) // after Stop: serves nothing, starts no loop
+	for _, done := range []<-chan struct{}{s.watch.Done(), s.probe.Done()} {
+		select {
+		case <-done:
+		default:
+			t.Fatal("Serve after Stop started a loop")
+		}
+	}
+	if _, err := gl.Accept(); err == nil {
+		t.Fatal("the listener of a Serve after Stop is open")
+	}
 	s, err = New(cfg, c, Options{})
 	if err != nil {
 		t.Fatal(err)

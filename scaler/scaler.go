@@ -148,6 +148,15 @@ func (s *Scaler) Run(ctx context.Context) error {
 
 // Serve serves gRPC on gl and HTTP on hl (nil: no HTTP) until Stop; it returns at once.
 func (s *Scaler) Serve(gl, hl net.Listener) {
+	select {
+	case <-s.stopping: // stopped: the servers refuse to serve again, and so do the loops
+		_ = gl.Close()
+		if hl != nil {
+			_ = hl.Close()
+		}
+		return
+	default:
+	}
 	s.mu.Lock()
 	s.grpcAddr = gl.Addr()
 	if hl != nil {
