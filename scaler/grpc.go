@@ -29,13 +29,13 @@ const (
 	errorDomain            = "dtq.scaler"
 )
 
-// service implements KEDA's externalscaler.ExternalScaler.
-type service struct {
+// externalScaler implements KEDA's externalscaler.ExternalScaler.
+type externalScaler struct {
 	pb.UnimplementedExternalScalerServer
 	s *Scaler
 }
 
-func (v *service) metadata(ref *pb.ScaledObjectRef) (Metadata, error) {
+func (v *externalScaler) metadata(ref *pb.ScaledObjectRef) (Metadata, error) {
 	if ref == nil {
 		return Metadata{}, rpcError(&MetadataError{Key: "scaledObjectRef", Err: errors.New("is missing")})
 	}
@@ -48,7 +48,7 @@ func (v *service) metadata(ref *pb.ScaledObjectRef) (Metadata, error) {
 
 // GetMetricSpec returns the trigger's metrics: the backlog of every watched band, then
 // one per band group of bandTargets.
-func (v *service) GetMetricSpec(_ context.Context, ref *pb.ScaledObjectRef) (*pb.GetMetricSpecResponse, error) {
+func (v *externalScaler) GetMetricSpec(_ context.Context, ref *pb.ScaledObjectRef) (*pb.GetMetricSpecResponse, error) {
 	m, err := v.metadata(ref)
 	if err != nil {
 		return nil, err
@@ -69,7 +69,7 @@ func metricSpecs(m Metadata) *pb.GetMetricSpecResponse {
 }
 
 // GetMetrics returns the value of one metric, from a read at most the cache TTL old.
-func (v *service) GetMetrics(ctx context.Context, req *pb.GetMetricsRequest) (*pb.GetMetricsResponse, error) {
+func (v *externalScaler) GetMetrics(ctx context.Context, req *pb.GetMetricsRequest) (*pb.GetMetricsResponse, error) {
 	m, err := v.metadata(req.GetScaledObjectRef())
 	if err != nil {
 		return nil, err
@@ -99,7 +99,7 @@ func (v *service) GetMetrics(ctx context.Context, req *pb.GetMetricsRequest) (*p
 }
 
 // IsActive reports whether the watched backlog exceeds activationThreshold.
-func (v *service) IsActive(ctx context.Context, ref *pb.ScaledObjectRef) (*pb.IsActiveResponse, error) {
+func (v *externalScaler) IsActive(ctx context.Context, ref *pb.ScaledObjectRef) (*pb.IsActiveResponse, error) {
 	m, err := v.metadata(ref)
 	if err != nil {
 		return nil, err
@@ -114,7 +114,7 @@ func (v *service) IsActive(ctx context.Context, ref *pb.ScaledObjectRef) (*pb.Is
 // StreamIsActive sends the trigger's activity at once and again on every change, until
 // the client goes away or the scaler stops (then it returns nil, so KEDA reconnects
 // after its short delay instead of backing off).
-func (v *service) StreamIsActive(ref *pb.ScaledObjectRef, stream grpc.ServerStreamingServer[pb.IsActiveResponse]) error {
+func (v *externalScaler) StreamIsActive(ref *pb.ScaledObjectRef, stream grpc.ServerStreamingServer[pb.IsActiveResponse]) error {
 	m, err := v.metadata(ref)
 	if err != nil {
 		return err
@@ -142,7 +142,7 @@ func (v *service) StreamIsActive(ref *pb.ScaledObjectRef, stream grpc.ServerStre
 // StreamMetricSpec sends the metric specs when opened. They depend on the metadata
 // alone, which KEDA does not change under an open stream, so nothing follows; the
 // stream stays open until the client goes away or the scaler stops.
-func (v *service) StreamMetricSpec(ref *pb.ScaledObjectRef, stream grpc.ServerStreamingServer[pb.GetMetricSpecResponse]) error {
+func (v *externalScaler) StreamMetricSpec(ref *pb.ScaledObjectRef, stream grpc.ServerStreamingServer[pb.GetMetricSpecResponse]) error {
 	m, err := v.metadata(ref)
 	if err != nil {
 		return err

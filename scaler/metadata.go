@@ -3,8 +3,8 @@ package scaler
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -52,48 +52,45 @@ const (
 var kedaKeys = []string{"scalerAddress", "enableTLS", "unsafeSsl", "caCert",
 	"tlsCertFile", "tlsClientCert", "tlsClientKey"}
 
-var ownKeys = []string{KeyQueues, KeyPriorities, KeyTargetPerReplica, KeyActivationThreshold,
-	KeyIncludePending, KeyIncludeScheduled, KeyScheduledLead, KeyBandTargets}
+// ownKeys are the keys of Metadata, in the order of its fields.
+var ownKeys = func() []string {
+	var ks []string
+	for _, f := range metadataFields {
+		ks = append(ks, f.key)
+	}
+	return ks
+}()
 
 // Metadata is the parsed trigger metadata of one ScaledObject.
+//
+// Each field's metadata tag names its key and how ParseMetadata decodes it:
+// "name=KEY", then "optional" (a key that may be left out), "default=VALUE" (the value
+// of a key left out, decoded as a given one), "emptyIsUnset" (an empty value counts as
+// left out) and, for a required key, "help=TEXT" (what the missing key's error asks
+// for). The field's type picks the parser (decoders).
 type Metadata struct {
 	// Queues are the queues watched; their signals add up.
-	Queues []string
+	Queues []string `metadata:"name=queues, help=a comma-separated list of queue names"`
 	// Priorities are the bands watched (9 is the most urgent).
-	Priorities queuestat.Bands
+	Priorities queuestat.Bands `metadata:"name=priorities, optional, default=all"`
 	// TargetPerReplica is the backlog one replica should carry: the HPA runs
 	// ceil(backlog / TargetPerReplica) replicas.
-	TargetPerReplica float64
+	TargetPerReplica float64 `metadata:"name=targetPerReplica, optional, default=16"`
 	// ActivationThreshold: the trigger is active (scales from zero) while the backlog
 	// exceeds it.
-	ActivationThreshold float64
+	ActivationThreshold float64 `metadata:"name=activationThreshold, optional, default=0"`
 	// IncludePending counts delivered, unacknowledged entries: work in progress, and the
 	// entries of a worker that was SIGKILLed at scale-in, which only a live worker reclaims.
-	IncludePending bool
+	IncludePending bool `metadata:"name=includePending, optional, default=true"`
 	// IncludeScheduled counts delayed tasks and retries that are due (and due within
 	// ScheduledLead): with no worker running, no scheduler moves them onto a stream.
-	IncludeScheduled bool
+	IncludeScheduled bool `metadata:"name=includeScheduled, optional, default=true"`
 	// ScheduledLead counts scheduled tasks that fall due this long ahead, so workers
 	// are up when they do.
-	ScheduledLead time.Duration
+	ScheduledLead time.Duration `metadata:"name=scheduledLead, optional, default=0"`
 	// BandTargets give groups of bands their own metric and target, so urgent bands
 	// scale harder: the HPA takes the largest replica count over all metrics.
-	BandTargets []BandTarget
-}
-
-// BandTarget is one band group with its own target.
-type BandTarget struct {
-	Hi, Lo int // bands Hi down to Lo
-	Target float64
-}
-
-// Bands is the set of bands of the group.
-func (g BandTarget) Bands() queuestat.Bands {
-	var b queuestat.Bands
-	for p := g.Lo; p <= g.Hi; p++ {
-		b |= queuestat.Band(p)
-	}
-	return b
+	BandTargets []BandTarget `metadata:"name=bandTargets, optional, emptyIsUnset"`
 }
 
 // MetadataError names the metadata key a bad value came from.
@@ -112,8 +109,86 @@ func badKey(key, format string, a ...any) error {
 // ParseMetadata reads trigger metadata as KEDA sends it. Unknown keys are an error;
 // the keys KEDA's own external trigger reads are accepted and ignored.
 func ParseMetadata(md map[string]string) (Metadata, error) {
+	var m Metadata
+	given, err := decodeMetadata(md, &m)
+	if err != nil {
+		return m, err
+	}
+	if err := m.Validate(); err != nil {
+		var me *MetadataError
+		if errors.As(err, &me) {
+			if k, ok := given[me.Key]; ok {
+				me.Key = k
+			}
+		}
+		return m, err
+	}
+	return m, nil
+}
+
+// metadataField is one tagged field of Metadata.
+type metadataField struct {
+	index        int
+	key          string
+	optional     bool
+	def          *string // the value of a key left out; nil: the zero value
+	emptyIsUnset bool
+	help         string
+}
+
+// metadataFields are Metadata's fields, read from their tags once.
+var metadataFields = func() []metadataField {
+	t := reflect.TypeFor[Metadata]()
+	var fs []metadataField
+	for i := range t.NumField() {
+		tag, ok := t.Field(i).Tag.Lookup("metadata")
+		if !ok {
+			continue
+		}
+		if _, ok := decoders[t.Field(i).Type]; !ok {
+			panic("scaler: no decoder for metadata field " + t.Field(i).Name)
+		}
+		f := metadataField{index: i}
+		for _, opt := range strings.Split(tag, ",") {
+			name, value, _ := strings.Cut(strings.TrimSpace(opt), "=")
+			switch name {
+			case "name":
+				f.key = value
+			case "optional":
+				f.optional = true
+			case "default":
+				f.def = &value
+			case "emptyIsUnset":
+				f.emptyIsUnset = true
+			case "help":
+				f.help = value
+			default:
+				panic("scaler: metadata tag option " + name + " of " + t.Field(i).Name)
+			}
+		}
+		fs = append(fs, f)
+	}
+	return fs
+}()
+
+// decoders parse a value given for a field of each type.
+var decoders = map[reflect.Type]func(string) (any, error){
+	reflect.TypeFor[[]string]():        func(s string) (any, error) { return parseList(s), nil },
+	reflect.TypeFor[queuestat.Bands](): func(s string) (any, error) { return ParseBands(s) },
+	reflect.TypeFor[float64]():         func(s string) (any, error) { return parseNumber(s) },
+	reflect.TypeFor[bool]():            func(s string) (any, error) { return parseBool(s) },
+	reflect.TypeFor[time.Duration]():   func(s string) (any, error) { return parseDuration(s) },
+	reflect.TypeFor[[]BandTarget]():    func(s string) (any, error) { return parseBandTargets(s) },
+}
+
+// decodeMetadata decodes md into the tagged fields of *m: a key may be given as itself
+// or as KEY+"FromEnv" (not both), KEDA's own keys are skipped and any other key is an
+// error that suggests the nearest known one. The defaults are set first; then the
+// fields are decoded in order, and the first bad value is the error, naming the key as
+// it was given. It returns the key each given field came as.
+func decodeMetadata(md map[string]string, m *Metadata) (given map[string]string, err error) {
 	vals := map[string]string{}
-	from := map[string]string{} // canonical key → the key it was given as
+	given = map[string]string{} // canonical key → the key it was given as
 	names := make([]string, 0, len(md))
 	for k := range md {
 		names = append(names, k)
@@ -125,79 +200,46 @@ func ParseMetadata(md map[string]string) (Metadata, error) {
 			continue
 		}
 		if !slices.Contains(ownKeys, base) {
-			return Metadata{}, &MetadataError{Key: k, Err: unknownKey(k)}
+			return nil, &MetadataError{Key: k, Err: unknownKey(k)}
 		}
-		if prev, ok := from[base]; ok {
-			return Metadata{}, badKey(k, "given twice, also as %q", prev)
+		if prev, ok := given[base]; ok {
+			return nil, badKey(k, "given twice, also as %q", prev)
 		}
-		from[base] = k
+		given[base] = k
 		vals[base] = strings.TrimSpace(md[k])
 	}
-	m := Metadata{
-		Priorities:          queuestat.AllBands,
-		TargetPerReplica:    DefaultTargetPerReplica,
-		ActivationThreshold: DefaultActivationThreshold,
-		IncludePending:      DefaultIncludePending,
-		IncludeScheduled:    DefaultIncludeScheduled,
-		ScheduledLead:       DefaultScheduledLead,
-	}
-	key := func(k string) string {
-		if f, ok := from[k]; ok {
-			return f
+	v := reflect.ValueOf(m).Elem()
+	set := func(f metadataField, s, key string) error {
+		x, err := decoders[v.Field(f.index).Type()](s)
+		if err != nil {
+			v.Field(f.index).SetZero()
+			return &MetadataError{Key: key, Err: err}
 		}
-		return k
+		v.Field(f.index).Set(reflect.ValueOf(x))
+		return nil
 	}
-	v, ok := vals[KeyQueues]
-	if !ok || v == "" {
-		return m, badKey(KeyQueues, "is required: a comma-separated list of queue names (or set %sFromEnv)", KeyQueues)
-	}
-	for _, q := range strings.Split(v, ",") {
-		m.Queues = append(m.Queues, strings.TrimSpace(q))
-	}
-	var err error
-	if v, ok := vals[KeyPriorities]; ok {
-		if m.Priorities, err = ParseBands(v); err != nil {
-			return m, &MetadataError{Key: key(KeyPriorities), Err: err}
+	for _, f := range metadataFields {
+		if f.def != nil {
+			if err := set(f, *f.def, f.key); err != nil {
+				panic("scaler: default of metadata key " + f.key + ": " + err.Error())
+			}
 		}
 	}
-	if v, ok := vals[KeyTargetPerReplica]; ok {
-		if m.TargetPerReplica, err = parseNumber(v); err != nil {
-			return m, &MetadataError{Key: key(KeyTargetPerReplica), Err: err}
+	for _, f := range metadataFields {
+		s, ok := vals[f.key]
+		if ok && s == "" && (f.emptyIsUnset || !f.optional) {
+			ok = false
+		}
+		switch {
+		case ok:
+			if err := set(f, s, given[f.key]); err != nil {
+				return given, err
+			}
+		case !f.optional:
+			return given, badKey(f.key, "is required: %s (or set %sFromEnv)", f.help, f.key)
 		}
 	}
-	if v, ok := vals[KeyActivationThreshold]; ok {
-		if m.ActivationThreshold, err = parseNumber(v); err != nil {
-			return m, &MetadataError{Key: key(KeyActivationThreshold), Err: err}
-		}
-	}
-	if v, ok := vals[KeyIncludePending]; ok {
-		if m.IncludePending, err = strconv.ParseBool(v); err != nil {
-			return m, badKey(key(KeyIncludePending), "%q is not true or false", v)
-		}
-	}
-	if v, ok := vals[KeyIncludeScheduled]; ok {
-		if m.IncludeScheduled, err = strconv.ParseBool(v); err != nil {
-			return m, badKey(key(KeyIncludeScheduled), "%q is not true or false", v)
-		}
-	}
-	if v, ok := vals[KeyScheduledLead]; ok {
-		if m.ScheduledLead, err = parseDuration(v); err != nil {
-			return m, &MetadataError{Key: key(KeyScheduledLead), Err: err}
-		}
-	}
-	if v, ok := vals[KeyBandTargets]; ok && v != "" {
-		if m.BandTargets, err = parseBandTargets(v); err != nil {
-			return m, &MetadataError{Key: key(KeyBandTargets), Err: err}
-		}
-	}
-	if err := m.Validate(); err != nil {
-		var me *MetadataError
-		if errors.As(err, &me) {
-			me.Key = key(me.Key)
-		}
-		return m, err
-	}
-	return m, nil
+	return given, nil
 }
 
 // Validate checks every rule, across keys too; errors are *MetadataError.
@@ -253,73 +295,21 @@ func (m Metadata) Validate() error {
 	return nil
 }
 
-// ParseBands reads a band set: "all", a band ("9"), a range ("9-7" or "7-9"), or a
-// comma-separated list of those ("9,5-3").
-func ParseBands(s string) (queuestat.Bands, error) {
-	s = strings.TrimSpace(s)
-	if strings.EqualFold(s, "all") {
-		return queuestat.AllBands, nil
+// parseList reads a comma-separated list, each item trimmed.
+func parseList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		out = append(out, strings.TrimSpace(x))
 	}
-	if s == "" {
-		return 0, errors.New(`is empty: want "all", a band 0..9, a range like 9-7, or a list like 9,5-3`)
-	}
-	var b queuestat.Bands
-	for _, part := range strings.Split(s, ",") {
-		hi, lo, err := parseRange(part)
-		if err != nil {
-			return 0, err
-		}
-		for p := lo; p <= hi; p++ {
-			b |= queuestat.Band(p)
-		}
+	return out
+}
+
+func parseBool(s string) (bool, error) {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, fmt.Errorf("%q is not true or false", s)
 	}
 	return b, nil
-}
-
-// parseRange reads "7" or "9-7" (either order) into hi >= lo.
-func parseRange(s string) (hi, lo int, err error) {
-	s = strings.TrimSpace(s)
-	a, z, isRange := strings.Cut(s, "-")
-	x, err1 := parseBand(a)
-	y := x
-	var err2 error
-	if isRange {
-		y, err2 = parseBand(z)
-	}
-	if err1 != nil || err2 != nil {
-		return 0, 0, fmt.Errorf("%q is not a band 0..9 or a range of bands like 9-7", s)
-	}
-	return max(x, y), min(x, y), nil
-}
-
-func parseBand(s string) (int, error) {
-	s = strings.TrimSpace(s)
-	if len(s) != 1 || s[0] < '0' || s[0] > '9' {
-		return 0, fmt.Errorf("%q is not a band 0..9", s)
-	}
-	return int(s[0] - '0'), nil
-}
-
-// parseBandTargets reads "9-8:2,7:4": comma-separated groups, each a band or a band
-// range, a colon, and the group's target per replica.
-func parseBandTargets(s string) ([]BandTarget, error) {
-	var out []BandTarget
-	for _, part := range strings.Split(s, ",") {
-		r, t, ok := strings.Cut(part, ":")
-		if !ok {
-			return nil, fmt.Errorf("%q: want BANDS:TARGET, like 9-8:2", strings.TrimSpace(part))
-		}
-		hi, lo, err := parseRange(r)
-		if err != nil {
-			return nil, err
-		}
-		target, err := parseNumber(t)
-		if err != nil {
-			return nil, fmt.Errorf("%q: target %w", strings.TrimSpace(part), err)
-		}
-		out = append(out, BandTarget{Hi: hi, Lo: lo, Target: target})
-	}
-	return out, nil
 }
 
 func parseNumber(s string) (float64, error) {
@@ -344,121 +334,4 @@ func parseDuration(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q is not a duration like 30s or 5m", s)
 	}
 	return d.Truncate(time.Millisecond), nil
-}
-
-func (g BandTarget) label() string {
-	if g.Hi == g.Lo {
-		return strconv.Itoa(g.Hi)
-	}
-	return strconv.Itoa(g.Hi) + "-" + strconv.Itoa(g.Lo)
-}
-
-func unknownKey(k string) error {
-	known := append(slices.Clone(ownKeys), kedaKeys...)
-	best, bestD := "", 4
-	for _, c := range known {
-		if d := editDistance(strings.ToLower(k), strings.ToLower(c)); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	if best != "" {
-		return fmt.Errorf("unknown key (did you mean %q?); known keys: %s", best, strings.Join(ownKeys, ", "))
-	}
-	return fmt.Errorf("unknown key; known keys: %s", strings.Join(ownKeys, ", "))
-}
-
-// editDistance is the Levenshtein distance of short strings (keys are cut at 64 bytes).
-func editDistance(a, b string) int {
-	if len(a) > 64 {
-		a = a[:64]
-	}
-	if len(b) > 64 {
-		b = b[:64]
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
-
-// Metric is one metric of a trigger: the backlog of some bands of the watched queues.
-type Metric struct {
-	Name      string
-	Bands     queuestat.Bands
-	Target    float64
-	Scheduled bool // adds the due scheduled tasks (known per queue, not per band)
-}
-
-// Metrics lists the trigger's metrics: first the backlog of every watched band with
-// TargetPerReplica (it also counts due scheduled tasks and decides activation), then one
-// per band group. Names are stable: the same metadata always gives the same names, and
-// the names of one trigger differ.
-func (m Metadata) Metrics() []Metric {
-	base := "dtq-" + queuePart(m.Queues)
-	out := []Metric{{Name: base, Bands: m.Priorities, Target: m.TargetPerReplica, Scheduled: m.IncludeScheduled}}
-	for _, g := range m.BandTargets {
-		out = append(out, Metric{Name: base + "-p" + g.label(), Bands: g.Bands(), Target: g.Target})
-	}
-	return out
-}
-
-// queuePart renders queue names for a metric name: lowercase letters, digits and
-// dashes, at most 40 bytes; a name that had to be changed to fit gets a hash of the
-// exact list, so different lists do not read alike.
-func queuePart(queues []string) string {
-	joined := strings.Join(queues, "-")
-	var b strings.Builder
-	for _, r := range strings.ToLower(joined) {
-		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '-' {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('-')
-		}
-	}
-	s := b.String()
-	if s == joined && len(s) <= 40 {
-		return s
-	}
-	h := fnv.New32a()
-	h.Write([]byte(strings.Join(queues, ",")))
-	if len(s) > 31 {
-		s = s[:31]
-	}
-	return fmt.Sprintf("%s-%08x", s, h.Sum32())
-}
-
-// Value is a metric's value over stats (the watched queues' signal) and the due
-// scheduled tasks per queue.
-func (m Metadata) Value(mt Metric, stats map[string]*queuestat.Stat, due map[string]int64) int64 {
-	var n int64
-	for _, q := range m.Queues {
-		st := stats[q]
-		if st == nil {
-			continue
-		}
-		n = queuestat.Add(n, st.Backlog(mt.Bands, m.IncludePending))
-		if mt.Scheduled {
-			n = queuestat.Add(n, due[q])
-		}
-	}
-	return n
-}
-
-// Active reports whether the backlog (the first metric's value) exceeds the activation
-// threshold.
-func (m Metadata) Active(backlog int64) bool {
-	return float64(backlog) > m.ActivationThreshold
 }

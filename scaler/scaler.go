@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
@@ -24,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/internal/service"
 )
 
 // ServiceName is the gRPC service KEDA calls; the health service reports it SERVING
@@ -38,6 +38,9 @@ type Options struct {
 
 // Scaler is the KEDA external scaler: gRPC (externalscaler.ExternalScaler and the
 // health service) and HTTP (/metrics, /healthz, /readyz), both reading Redis.
+//
+// Its shape is the worker's: New builds it and starts nothing, Run serves until its
+// context ends. Serve and Stop do the same in two steps, on listeners of the caller's.
 type Scaler struct {
 	cfg   Config
 	c     redis.UniversalClient
@@ -45,7 +48,8 @@ type Scaler struct {
 	log   *slog.Logger
 	now   func() time.Time
 	sig   *signal
-	watch *watcher
+	watch *watcher // the push loop (a service)
+	probe *prober  // the readiness loop (a service)
 
 	grpc   *grpc.Server
 	health *health.Server
@@ -64,8 +68,8 @@ type Scaler struct {
 	httpAddr net.Addr
 }
 
-// New builds a scaler over client c. It does not listen yet (Start or Serve does) and
-// does not close c.
+// New builds a scaler over client c. It starts nothing and does not listen yet (Run or
+// Serve does), and never closes c.
 func New(cfg Config, c redis.UniversalClient, o Options) (*Scaler, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -86,6 +90,7 @@ func New(cfg Config, c redis.UniversalClient, o Options) (*Scaler, error) {
 	s.watch.timeout = cfg.RedisTimeout()
 	s.watch.poll = cfg.PushPoll()
 	s.watch.maxBlock = cfg.PushMaxBlock()
+	s.probe = &prober{s: s}
 
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.recoverUnary),
@@ -103,7 +108,7 @@ func New(cfg Config, c redis.UniversalClient, o Options) (*Scaler, error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	s.grpc = grpc.NewServer(opts...)
-	pb.RegisterExternalScalerServer(s.grpc, &service{s: s})
+	pb.RegisterExternalScalerServer(s.grpc, &externalScaler{s: s})
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -115,12 +120,13 @@ func New(cfg Config, c redis.UniversalClient, o Options) (*Scaler, error) {
 	return s, nil
 }
 
-// GRPCServer is the gRPC server, for registering more services before Start.
+// GRPCServer is the gRPC server, for registering more services before Run or Serve.
 func (s *Scaler) GRPCServer() *grpc.Server { return s.grpc }
 
-// Start listens on the configured gRPC address and HTTP port and serves; it returns at
-// once.
-func (s *Scaler) Start(ctx context.Context) error {
+// Run listens on the configured gRPC address and HTTP port and serves until ctx ends
+// (or Stop), then stops as Stop does and returns nil. It returns at once with the
+// error when it cannot listen. Call Run, or Serve, once.
+func (s *Scaler) Run(ctx context.Context) error {
 	var lc net.ListenConfig
 	gl, err := lc.Listen(ctx, "tcp", s.cfg.Addr)
 	if err != nil {
@@ -132,28 +138,40 @@ func (s *Scaler) Start(ctx context.Context) error {
 		return fmt.Errorf("scaler: HTTP listen on port %d: %w", s.cfg.Port, err)
 	}
 	s.Serve(gl, hl)
+	select {
+	case <-ctx.Done():
+	case <-s.stopping:
+	}
+	s.Stop()
 	return nil
 }
 
-// Serve serves gRPC on gl and HTTP on hl (nil: no HTTP); it returns at once.
+// Serve serves gRPC on gl and HTTP on hl (nil: no HTTP) until Stop; it returns at once.
 func (s *Scaler) Serve(gl, hl net.Listener) {
+	select {
+	case <-s.stopping: // stopped: the servers refuse to serve again, and so do the loops
+		_ = gl.Close()
+		if hl != nil {
+			_ = hl.Close()
+		}
+		return
+	default:
+	}
 	s.mu.Lock()
 	s.grpcAddr = gl.Addr()
 	if hl != nil {
 		s.httpAddr = hl.Addr()
 	}
 	s.mu.Unlock()
-	s.watch.start()
-	s.wg.Add(2)
+	// The loops run until Stop, which ends them after the servers.
+	_ = s.watch.Start(context.Background())
+	_ = s.probe.Start(context.Background())
+	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		if err := s.grpc.Serve(gl); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			s.log.Error("scaler: gRPC server failed", "err", err)
 		}
-	}()
-	go func() {
-		defer s.wg.Done()
-		s.probe()
 	}()
 	if hl != nil {
 		s.wg.Add(1)
@@ -174,7 +192,7 @@ func addrString(l net.Listener) string {
 	return l.Addr().String()
 }
 
-// GRPCAddr and HTTPAddr are the addresses served (after Start or Serve).
+// GRPCAddr and HTTPAddr are the addresses served (once Run listens, or after Serve).
 func (s *Scaler) GRPCAddr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -195,7 +213,8 @@ func (s *Scaler) HTTPAddr() string {
 
 // Stop ends open streams cleanly (a nil return, so KEDA reconnects after 2 s rather than
 // backing off), waits up to the shutdown timeout for requests in flight, and stops
-// everything it started. Safe twice.
+// everything Serve started. Idempotent, safe before Serve and from several goroutines;
+// a stopped Scaler does not serve again.
 func (s *Scaler) Stop() {
 	s.stopOnce.Do(func() {
 		s.ready.Store(false)
@@ -215,7 +234,8 @@ func (s *Scaler) Stop() {
 			<-done
 		}
 		_ = s.http.Shutdown(ctx)
-		s.watch.stop()
+		s.watch.Stop()
+		s.probe.Stop()
 		s.sig.stop()
 	})
 	s.wg.Wait()
@@ -237,19 +257,30 @@ func (s *Scaler) value(ctx context.Context, m Metadata, mt Metric) (int64, error
 	return m.Value(mt, v.stats, v.due), nil
 }
 
-// probe pings Redis every couple of seconds (jittered) and keeps readiness and the
-// health status of ServiceName in step, until Stop.
-func (s *Scaler) probe() {
+// prober pings Redis every couple of seconds (jittered) and keeps readiness and the
+// health status of ServiceName in step; a service.
+type prober struct {
+	service.Base
+	s *Scaler
+}
+
+// Start runs the probe loop until ctx ends or Stop; it returns at once.
+func (p *prober) Start(ctx context.Context) error {
+	p.Go(ctx, p.run)
+	return nil
+}
+
+func (p *prober) run(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
-		case <-s.stopping:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		s.probeOnce(context.Background())
-		t.Reset(1500*time.Millisecond + rand.N(time.Second))
+		p.s.probeOnce(ctx)
+		t.Reset(service.Jitter(2*time.Second, 0.25)) // 1.5–2.5 s
 	}
 }
 

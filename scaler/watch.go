@@ -2,7 +2,6 @@ package scaler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -13,8 +12,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dtq/dtq/internal/blockread"
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/queuestat"
+	"github.com/dtq/dtq/internal/service"
 )
 
 // watcher serves every open StreamIsActive stream from one loop and one Redis reader.
@@ -29,12 +30,17 @@ import (
 //   - at most poll while any subscription is active, since draining (XACK+XDEL) makes no
 //     stream entry to wake on;
 //   - at most maxBlock otherwise, to resynchronise;
-//   - for a new subscription, which interrupts the blocking read with CLIENT UNBLOCK.
+//   - for a new subscription, which interrupts the blocking read (blockread: CLIENT
+//     UNBLOCK, or at most poll where the server refuses it).
 //
 // A client that goes away only leaves the set; a failed read is retried with backoff
 // while the streams stay open, so a Redis restart is healed without KEDA noticing. On
 // Redis Cluster one XREAD cannot span queues (slots), so the watcher polls every poll.
+//
+// The watcher is a service: Start runs the loop, Stop ends it (and its read) and waits.
 type watcher struct {
+	service.Base
+
 	c        redis.UniversalClient
 	ks       keys.Space
 	now      func() time.Time
@@ -57,16 +63,11 @@ type watcher struct {
 	mu     sync.Mutex
 	subs   map[*subscription]struct{}
 	queues map[string]int // subscriptions per queue
+	// endRead ends the blocking read under way, if any (set before the loop checks
+	// for kicks, so a subscription either kicks the loop or ends its read).
+	endRead context.CancelFunc
 
-	kick     chan struct{}
-	stopping chan struct{}
-	done     chan struct{}
-	stopOnce sync.Once
-	started  atomic.Bool
-
-	// epoch is odd while a blocking read may be under way on the connection readerID.
-	epoch    atomic.Uint64
-	readerID atomic.Int64
+	kick chan struct{}
 }
 
 // subscription is one open StreamIsActive stream.
@@ -86,28 +87,13 @@ func newWatcher(c redis.UniversalClient, ks keys.Space, now func() time.Time, lo
 		subs:      map[*subscription]struct{}{},
 		queues:    map[string]int{},
 		kick:      make(chan struct{}, 1),
-		stopping:  make(chan struct{}),
-		done:      make(chan struct{}),
 	}
 }
 
-// start runs the loop; it returns at once.
-func (w *watcher) start() {
-	if w.started.Swap(true) {
-		return
-	}
-	go w.run()
-}
-
-// stop ends the loop and waits for it; safe twice.
-func (w *watcher) stop() {
-	w.stopOnce.Do(func() {
-		close(w.stopping)
-		w.unblock()
-	})
-	if w.started.Load() {
-		<-w.done
-	}
+// Start runs the loop until ctx ends or Stop; it returns at once.
+func (w *watcher) Start(ctx context.Context) error {
+	w.Go(ctx, w.run)
+	return nil
 }
 
 // watchLimitError: a subscription would take the distinct queues of all open streams
@@ -147,7 +133,11 @@ func (w *watcher) subscribe(m Metadata) (*subscription, error) {
 	case w.kick <- struct{}{}:
 	default:
 	}
-	w.unblock()
+	w.mu.Lock()
+	if w.endRead != nil {
+		w.endRead()
+	}
+	w.mu.Unlock()
 	return s, nil
 }
 
@@ -181,27 +171,6 @@ func (w *watcher) queueCount() int {
 	return len(w.queues)
 }
 
-// unblock interrupts the blocking read, if one is under way. The loop marks the epoch
-// before it checks for kicks and sends XREAD, so a read this misses because it has not
-// reached Redis yet is caught by a retry.
-func (w *watcher) unblock() {
-	e := w.epoch.Load()
-	id := w.readerID.Load()
-	if e%2 == 0 || id == 0 {
-		return
-	}
-	for try := 0; try < 50 && w.epoch.Load() == e; try++ {
-		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
-		n, err := w.c.ClientUnblock(ctx, id).Result()
-		cancel()
-		if err != nil || n == 1 {
-			return
-		}
-		t := time.NewTimer(time.Millisecond)
-		<-t.C
-	}
-}
-
 func (w *watcher) snapshot() []*subscription {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -212,8 +181,8 @@ func (w *watcher) snapshot() []*subscription {
 	return out
 }
 
-// wait blocks for d, a kick or stop; false on stop.
-func (w *watcher) wait(d time.Duration, kickable bool) bool {
+// wait blocks for d, a kick or the end of ctx; false once ctx ended.
+func (w *watcher) wait(ctx context.Context, d time.Duration, kickable bool) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	kick := w.kick
@@ -223,35 +192,27 @@ func (w *watcher) wait(d time.Duration, kickable bool) bool {
 	select {
 	case <-t.C:
 	case <-kick:
-	case <-w.stopping:
+	case <-ctx.Done():
 		return false
 	}
 	return true
 }
 
-func (w *watcher) run() {
-	defer close(w.done)
-	var conn *redis.Conn
-	defer func() {
-		if conn != nil {
-			_ = conn.Close()
-		}
-	}()
-	client, single := w.c.(*redis.Client)
+func (w *watcher) run(ctx context.Context) {
+	_, single := w.c.(*redis.Client)
+	// Where the server refuses the CLIENT commands nothing can interrupt the read for
+	// a new subscription, so it blocks no longer than poll.
+	reader := blockread.New(w.c, blockread.Options{ShortBlock: w.poll, Timeout: w.timeout})
+	defer reader.Close()
 	var lastRead time.Time
 	var byEntry, prevByEntry bool // this pass and the last one were woken by a new entry
 	failures := 0
-	for {
-		select {
-		case <-w.stopping:
-			return
-		default:
-		}
+	for ctx.Err() == nil {
 		subs := w.snapshot()
 		if len(subs) == 0 {
 			select {
 			case <-w.kick:
-			case <-w.stopping:
+			case <-ctx.Done():
 				return
 			}
 			continue
@@ -259,7 +220,7 @@ func (w *watcher) run() {
 		// A first new entry is read at once; a run of them (a busy queue below the
 		// activation threshold) is read at most every minGap.
 		if gap := w.minGap - w.now().Sub(lastRead); byEntry && prevByEntry && gap > 0 {
-			if !w.wait(gap, false) {
+			if !w.wait(ctx, gap, false) {
 				return
 			}
 		}
@@ -278,13 +239,10 @@ func (w *watcher) run() {
 			if failures == 1 {
 				w.log.Warn("scaler: push read failed; retrying", "err", err, "streams", len(subs))
 			}
-			if conn != nil {
-				_ = conn.Close()
-				conn = nil
-			}
+			reader.Close() // the next read opens a new connection
 			backoff := min(50*time.Millisecond<<min(failures-1, 6), 2*time.Second)
 			backoff = backoff/2 + rand.N(backoff/2+1)
-			if !w.wait(backoff, false) {
+			if !w.wait(ctx, backoff, false) {
 				return
 			}
 			continue
@@ -303,67 +261,48 @@ func (w *watcher) run() {
 				// idle subscription's streams are looked for every poll.
 				d = min(d, w.poll)
 			}
-			if !w.wait(d, true) {
+			if !w.wait(ctx, d, true) {
 				return
 			}
 			continue
 		}
-		if conn == nil {
-			conn = client.Conn()
-			ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
-			id, err := conn.ClientID(ctx).Result()
-			cancel()
-			if err != nil && queuestat.IsServerError(err) {
-				// An ACL without CLIENT: block on the connection all the same, but no
-				// longer than poll, since nothing can interrupt the read for a new
-				// subscription.
-				id, err = 0, nil
-			}
-			if err != nil {
-				_ = conn.Close()
-				conn = nil
-				failures++
-				w.log.Warn("scaler: push reader connection failed; retrying", "err", err)
-				if !w.wait(w.minGap*10, false) {
-					return
-				}
-				continue
-			}
-			w.readerID.Store(id)
-		}
-		w.epoch.Add(1) // odd: a blocking read may be under way
-		select {
-		case <-w.kick:
-			w.epoch.Add(1)
-			continue
-		case <-w.stopping:
-			w.epoch.Add(1)
-			return
-		default:
-		}
-		if w.readerID.Load() == 0 {
-			d = min(d, w.poll)
-		}
-		if h := w.beforeBlock.Load(); h != nil {
-			(*h)()
-		}
-		args := make([]string, 0, 2*len(next.streams))
-		args = append(args, next.streams...)
-		args = append(args, next.ids...)
-		err = conn.XRead(context.Background(), &redis.XReadArgs{Streams: args, Count: 1, Block: d}).Err()
-		w.epoch.Add(1)
-		byEntry = err == nil
-		if err != nil && !errors.Is(err, redis.Nil) {
-			select {
-			case <-w.stopping:
-				return
-			default:
-			}
+		got, err := w.block(ctx, reader, next, d)
+		byEntry = got
+		if err != nil && ctx.Err() == nil {
 			w.log.Warn("scaler: push blocking read failed; reconnecting", "err", err)
-			_ = conn.Close()
-			conn = nil
 		}
 	}
+}
+
+// block waits on one blocking XREAD of next's streams for at most d, until a new entry,
+// a new subscription or the end of ctx; it reports whether an entry came.
+func (w *watcher) block(ctx context.Context, reader *blockread.Reader, next wake, d time.Duration) (bool, error) {
+	rctx, end := context.WithCancel(ctx)
+	defer end()
+	w.mu.Lock()
+	w.endRead = end
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.endRead = nil
+		w.mu.Unlock()
+	}()
+	select {
+	case <-w.kick: // a subscription came since the pass: pass again
+		return false, nil
+	default:
+	}
+	if h := w.beforeBlock.Load(); h != nil {
+		(*h)()
+	}
+	args := make([]string, 0, 2*len(next.streams))
+	args = append(args, next.streams...)
+	args = append(args, next.ids...)
+	xs, err := reader.XRead(rctx, &redis.XReadArgs{Streams: args, Count: 1, Block: d})
+	if err != nil && rctx.Err() != nil {
+		return false, nil // ended for a subscription or Stop before it got an answer
+	}
+	return err == nil && len(xs) > 0, err
 }
 
 // wake is what the loop waits for after a pass.

@@ -103,33 +103,40 @@ func scalerMain(args []string, env envconfig.Lookuper, stdout, stderr io.Writer)
 		}
 		return 2
 	}
-	if err := s.Start(ctx); err != nil {
-		log.Error("scaler: start failed", "err", err)
-		return 1
-	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(runCtx) }()
 	// "Started" once Redis answered; until then /readyz says why not.
 	answered := health.Answered()
-wait:
 	for {
 		select {
 		case <-answered:
 			log.Info("scaler: started", "redis", redisconn.Redact(cfg.RedisURL), "key_prefix", cfg.KeyPrefix)
 			answered = nil
+		case err := <-ran:
+			if err == nil { // ctx ended, and Run was quicker to see it
+				log.Info("scaler: stopping")
+				log.Info("scaler: stopped")
+				return 0
+			}
+			log.Error("scaler: start failed", "err", err)
+			return 1
 		case <-health.Refused():
 			var re *redisconn.RefusedError
 			errors.As(health.Err(), &re)
-			s.Stop()
+			stopRun()
+			<-ran
 			log.Error("scaler: exiting: redis refuses the scaler", "cause", re.Cause, "reply", re.Reply, "exit_code", exitRedisRefused)
 			terminationMessage("dtq scaler: " + re.Error())
 			return exitRedisRefused
 		case <-ctx.Done():
-			break wait
+			log.Info("scaler: stopping")
+			<-ran
+			log.Info("scaler: stopped")
+			return 0
 		}
 	}
-	log.Info("scaler: stopping")
-	s.Stop()
-	log.Info("scaler: stopped")
-	return 0
 }
 
 // exitRedisRefused is the exit code when Redis refused the scaler for
