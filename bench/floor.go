@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"sort"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -40,7 +39,7 @@ func latencyFloor(ctx context.Context, e *benchEnv, o options, n int) (p50, p99 
 	c := e.client(prefix)
 	q := keys.New(prefix).Queue(benchQueue)
 	for b := 0; b <= keys.MaxPriority; b++ {
-		if err := e.rdb.XGroupCreateMkStream(ctx, q.Stream(b), keys.Group, "0").Err(); err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+		if err := e.rdb.XGroupCreateMkStream(ctx, q.Stream(b), keys.Group, "0").Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 			return 0, 0, err
 		}
 	}

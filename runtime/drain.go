@@ -63,7 +63,7 @@ func (w *Worker) drain() {
 	// 8. The last event, the events flushed, the idle read's connection closed.
 	w.publish(Event{Type: EventWorkerStopped, Detail: fmt.Sprintf("processed=%d failed=%d", w.processed.Load(), w.failed.Load())})
 	w.events.Stop()
-	w.poller.blocker.close()
+	w.poller.reader.Close()
 	w.log.Info("worker: stopped")
 }
 

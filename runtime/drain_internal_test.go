@@ -98,7 +98,7 @@ func TestUninstrumentedWorkerFollowsRedisFromItsOwnCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.events.Stop()
-	defer w.poller.blocker.close()
+	defer w.poller.reader.Close()
 	ctx := context.Background()
 	if _, err := w.reaper.runOnce(ctx); err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ func TestIdleReadLeavesOutAWrongTypeBand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.poller.blocker.close()
+	defer w.poller.reader.Close()
 	defer w.events.Stop()
 	q := w.queues[0]
 	ctx := context.Background()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dtq/dtq/internal/blockread"
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/service"
 	"github.com/dtq/dtq/lua"
@@ -26,18 +27,18 @@ const batchMax = 32
 // DTQ_WORKER_MAX_TASKS tasks have started or nothing ran for DTQ_WORKER_IDLE_EXIT_S.
 type poller struct {
 	service.Base
-	w       *Worker
-	calls   *calls  // the loop's claim calls, kept across its restarts (receipts.go)
-	faults  *faults // what the loop skips while Redis refuses its keys
-	blocker *blocker
-	paused  []bool // per served queue: paused as of its last claim (the loop's only)
+	w      *Worker
+	calls  *calls            // the loop's claim calls, kept across its restarts (receipts.go)
+	faults *faults           // what the loop skips while Redis refuses its keys
+	reader *blockread.Reader // the idle read: an ended ctx interrupts it at once
+	paused []bool            // per served queue: paused as of its last claim (the loop's only)
 
 	fetched     chan struct{} // closed when the loop's first fetch returned
 	fetchedOnce sync.Once
 }
 
 func newPoller(w *Worker) *poller {
-	return &poller{w: w, calls: w.newCalls(), faults: w.newFaults("poll"), blocker: newBlocker(w.rdb),
+	return &poller{w: w, calls: w.newCalls(), faults: w.newFaults("poll"), reader: blockread.New(w.rdb, blockread.Options{}),
 		paused: make([]bool, len(w.queues)), fetched: make(chan struct{})}
 }
 
@@ -47,11 +48,10 @@ func (p *poller) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the loop, unblocking its idle read at once (CLIENT UNBLOCK), and waits.
+// Stop ends the loop and waits: the loop's context ends, which unblocks its idle read
+// at once (CLIENT UNBLOCK, blockread).
 func (p *poller) Stop() {
-	stopped := make(chan struct{})
-	go func() { defer close(stopped); p.Base.Stop() }()
-	p.blocker.unblockUntil(stopped)
+	p.Base.Stop()
 	p.markFetched() // a stop before the first fetch
 }
 
@@ -204,7 +204,7 @@ func (p *poller) waitsOn(i int) bool {
 	if off(i) {
 		return false
 	}
-	if p.blocker.single != nil {
+	if p.reader.Interruptible() {
 		return true
 	}
 	for j := range i {
@@ -243,7 +243,12 @@ func (p *poller) block(ctx context.Context, capacity int64) error {
 		service.Sleep(ctx, d)
 		return nil
 	}
-	xs, err := p.blocker.read(ctx, w.id, streams, d)
+	ids := make([]string, len(streams))
+	for i := range ids {
+		ids[i] = ">"
+	}
+	xs, err := p.reader.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: w.id,
+		Streams: append(streams, ids...), Count: 1, Block: d})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

@@ -58,7 +58,7 @@ func newPassEnv(t *testing.T, env ...string) *passEnv {
 		w.pool.close()
 		w.pool.wg.Wait()
 		w.events.Stop()
-		w.poller.blocker.close()
+		w.poller.reader.Close()
 	})
 	return pe
 }
