@@ -16,7 +16,7 @@ import (
 
 // reaperInterval is the design's max(0.5 s, visibility timeout / 2).
 func (w *Worker) reaperInterval() time.Duration {
-	return max(500*time.Millisecond, w.cfg.VisibilityTimeout()/2)
+	return max(500*time.Millisecond, w.cfg.VisibilityTimeout/2)
 }
 
 // reaperLoop takes over entries idle past the visibility timeout (their worker died or
@@ -50,7 +50,7 @@ func (w *Worker) reaperLoop(ctx context.Context) error {
 // by more than half the visibility timeout: this process (or the machine) stalled, and
 // so, likely, did its peers, none of which could touch its entries meanwhile.
 func (w *Worker) noteStall(late time.Duration) {
-	if late > w.cfg.VisibilityTimeout()/2 {
+	if late > w.cfg.VisibilityTimeout/2 {
 		w.unreachableAt.Store(time.Now().UnixNano())
 		w.log.Warn("reaper: this process stalled; holding reclaims while live workers touch their entries", "late", late.String())
 	}
@@ -68,7 +68,7 @@ func (w *Worker) reclaimHold() time.Duration {
 	if last == 0 {
 		return 0
 	}
-	grace := 2*w.cfg.HeartbeatInterval() + 2*time.Second
+	grace := 2*w.cfg.HeartbeatInterval + 2*time.Second
 	return time.Until(time.Unix(0, last).Add(grace))
 }
 
@@ -86,7 +86,7 @@ func (w *Worker) heldEntries() map[string][]lua.Delivered {
 // reclaimCallBound is the longest one reclaim call may take, resends included: a
 // quarter of the visibility timeout, within 0.2–2 s.
 func (w *Worker) reclaimCallBound() time.Duration {
-	return min(2*time.Second, max(200*time.Millisecond, w.cfg.VisibilityTimeout()/4))
+	return min(2*time.Second, max(200*time.Millisecond, w.cfg.VisibilityTimeout/4))
 }
 
 // reapOnce runs one reaper pass and returns how many tasks it started.
@@ -141,7 +141,7 @@ func (w *Worker) reapOnce(ctx context.Context, calls *calls) (int, error) {
 // schedulerLoop: every ~1 s (jittered) try to be the leader; the leader puts due
 // delayed tasks and retries on their streams and re-enqueues stale claims.
 func (w *Worker) schedulerLoop(ctx context.Context) error {
-	interval := seconds(w.cfg.SchedulerIntervalS)
+	interval := w.cfg.SchedulerInterval
 	for {
 		if err := w.scheduleOnce(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -166,7 +166,7 @@ func (w *Worker) schedulerLoop(ctx context.Context) error {
 // a pass whose renewal failed, or by a leader whose lock lapsed between renewals, are
 // still exclusive (sched_claim.lua is atomic), so they are enqueued like any other.
 func (w *Worker) scheduleOnce(ctx context.Context) error {
-	lock, ttl := w.ks.SchedulerLock(), int64(w.cfg.SchedulerLockTTLMS)
+	lock, ttl := w.ks.SchedulerLock(), w.cfg.SchedulerLockTTL.Milliseconds()
 	now := w.now()
 	nowMS := now.UnixMilli()
 	wasLeader := w.leader.Load()
@@ -190,7 +190,7 @@ func (w *Worker) scheduleOnce(ctx context.Context) error {
 	} else {
 		acquire = p.SetNX(ctx, lock, w.id, time.Duration(ttl)*time.Millisecond)
 	}
-	beat := w.heartbeatDue(now, seconds(w.cfg.SchedulerIntervalS))
+	beat := w.heartbeatDue(now, w.cfg.SchedulerInterval)
 	if beat {
 		w.queueHeartbeat(ctx, p, w.status())
 	}
@@ -370,7 +370,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context) error {
 			w.heartbeatOnce(ctx)
 		}
 		w.touchHeld(ctx)
-		if !sleepCtx(ctx, jitter(w.cfg.HeartbeatInterval(), 0.1)) {
+		if !sleepCtx(ctx, jitter(w.cfg.HeartbeatInterval, 0.1)) {
 			return nil
 		}
 	}
@@ -384,12 +384,12 @@ func (w *Worker) heartbeatDue(now time.Time, ahead time.Duration) bool {
 	if last == 0 {
 		return true
 	}
-	next := time.Unix(0, last).Add(w.cfg.HeartbeatInterval() * 9 / 10)
+	next := time.Unix(0, last).Add(w.cfg.HeartbeatInterval * 9 / 10)
 	return !now.Add(ahead).Before(next)
 }
 
 func (w *Worker) heartbeatOnce(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, max(time.Second, w.cfg.HeartbeatInterval()))
+	ctx, cancel := context.WithTimeout(ctx, max(time.Second, w.cfg.HeartbeatInterval))
 	defer cancel()
 	if err := w.writeHeartbeat(ctx, w.status()); err != nil {
 		w.metrics.redisErrors.WithLabelValues("heartbeat").Inc()
@@ -408,7 +408,7 @@ func (w *Worker) writeHeartbeat(ctx context.Context, status string) error {
 
 // queueHeartbeat queues the heartbeat's writes on p.
 func (w *Worker) queueHeartbeat(ctx context.Context, p redis.Pipeliner, status string) {
-	hbMS := int64(w.cfg.HeartbeatIntervalS * 1000)
+	hbMS := w.cfg.HeartbeatInterval.Milliseconds()
 	key := w.ks.Worker(w.id)
 	p.HSet(ctx, key,
 		liveness.FieldWorkerID, w.id,
@@ -444,7 +444,7 @@ func (w *Worker) touchHeld(ctx context.Context) {
 		for i, e := range es {
 			hs[i] = e.heldRef()
 		}
-		tctx, cancel := context.WithTimeout(ctx, max(time.Second, w.cfg.HeartbeatInterval()))
+		tctx, cancel := context.WithTimeout(ctx, max(time.Second, w.cfg.HeartbeatInterval))
 		ok, err := lua.Touch(tctx, w.rdb, w.byName[name], w.id, 0, false, hs)
 		cancel()
 		if err != nil {

@@ -134,7 +134,7 @@ func New(o Options) (*Worker, error) {
 	if o.Redis == nil || o.Registry == nil {
 		return nil, errors.New("runtime: New needs Redis and a Registry")
 	}
-	cfg := o.Config
+	cfg := o.Config.withWorkerID()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -150,10 +150,10 @@ func New(o Options) (*Worker, error) {
 		cfg: cfg, pprof: o.Pprof, rdb: o.Redis, reg: o.Registry, now: now,
 		ks: keys.New(cfg.KeyPrefix), id: cfg.WorkerID,
 		byName:      map[string]keys.Queue{},
-		vtMS:        int64(cfg.VisibilityTimeoutS * 1000),
-		keepMS:      int64(cfg.ResultTTLS * 1000),
-		defTimeout:  seconds(cfg.DefaultTimeoutS),
-		defBackoff:  ExpBackoff(time.Duration(cfg.RetryBaseMS)*time.Millisecond, time.Duration(cfg.RetryMaxMS)*time.Millisecond),
+		vtMS:        cfg.VisibilityTimeout.Milliseconds(),
+		keepMS:      cfg.ResultTTL.Milliseconds(),
+		defTimeout:  cfg.DefaultTimeout,
+		defBackoff:  ExpBackoff(cfg.RetryBase, cfg.RetryMax),
 		held:        map[heldKey]*execution{},
 		jobs:        make(chan *execution, 4*cfg.Concurrency+keys.Bands*len(cfg.Queues)+64),
 		completions: make(chan *execution, 4*cfg.Concurrency+64),
@@ -289,7 +289,7 @@ func (w *Worker) drain(loops *sync.WaitGroup) {
 	w.leave()
 	w.state.Store(stateDraining)
 	w.metrics.draining.Set(1)
-	w.log.Info("worker: draining", "inflight", w.inflight.Load(), "timeout_s", w.cfg.DrainTimeoutS)
+	w.log.Info("worker: draining", "inflight", w.inflight.Load(), "timeout_s", w.cfg.DrainTimeout.Seconds())
 	w.blocker.unblockUntil(loops)
 	loops.Wait()
 	w.leave()
@@ -305,7 +305,7 @@ func (w *Worker) drain(loops *sync.WaitGroup) {
 		w.metrics.leader.Set(0)
 	}
 
-	deadline := time.NewTimer(w.cfg.DrainTimeout())
+	deadline := time.NewTimer(w.cfg.DrainTimeout)
 	defer deadline.Stop()
 	gaveUp := false
 	for !gaveUp && w.inflight.Load() > 0 {
