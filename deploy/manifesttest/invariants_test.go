@@ -139,8 +139,8 @@ func TestScalerPod(t *testing.T) {
 		if grpcPort == port {
 			t.Errorf("%s: gRPC and HTTP on the same port %d", p.what, port)
 		}
-		if g := p.spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= cfg.ShutdownTimeout() {
-			t.Errorf("%s: terminationGracePeriodSeconds %v not above DTQ_SCALER_SHUTDOWN_TIMEOUT_S %v", p.what, g, cfg.ShutdownTimeout())
+		if g := p.spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= cfg.ShutdownTimeout {
+			t.Errorf("%s: terminationGracePeriodSeconds %v not above DTQ_SCALER_SHUTDOWN_TIMEOUT_S %v", p.what, g, cfg.ShutdownTimeout)
 		}
 	}
 }
