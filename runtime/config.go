@@ -1,15 +1,11 @@
 package runtime
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"reflect"
 	"strings"
 	"time"
-
-	"github.com/sethvargo/go-envconfig"
 
 	"github.com/dtq/dtq/internal/envcfg"
 	"github.com/dtq/dtq/internal/keys"
@@ -87,31 +83,8 @@ type Config struct {
 	Pprof bool `env:"DTQ_PPROF, default=false" help:"serve /debug/pprof/ on PORT (profiling)"`
 }
 
-// EnvVar describes one variable for --help.
-type EnvVar = envcfg.Var
-
-// EnvVars lists every variable the worker reads, with its default; the help of a
-// numeric one ends with its accepted range. It is derived from Config's tags.
-func EnvVars() []EnvVar { return envcfg.Vars(reflect.TypeFor[Config]()) }
-
 // ConfigError names the variable a bad value came from.
 type ConfigError = envcfg.Error
-
-// LoadConfig reads the configuration from l (envconfig.OsLookuper in production,
-// envconfig.MapLookuper in tests): a variable not set takes its default, a set one its
-// value (0 included: DTQ_RESULT_TTL_S=0 keeps records forever); the worker id is filled
-// in when unset; then it validates the result.
-func LoadConfig(ctx context.Context, l envconfig.Lookuper) (Config, error) {
-	var c Config
-	if err := envcfg.Load(ctx, l, &c); err != nil {
-		return c, err
-	}
-	c = c.withWorkerID()
-	if err := c.Validate(); err != nil {
-		return c, err
-	}
-	return c, nil
-}
 
 // WithDefaults returns c with every zero field set to its default (the default of its
 // variable; a new worker id for WorkerID). A field whose zero is a setting of its own
