@@ -47,8 +47,6 @@ func (f Field) unitSize() time.Duration {
 	return time.Second
 }
 
-var durationType = reflect.TypeFor[time.Duration]()
-
 // Fields lists the variables of struct type t (or a pointer to one), in field order.
 // A malformed tag is a programming error: it panics, and every package's tests read
 // their tables.
@@ -71,8 +69,9 @@ func Fields(t reflect.Type) []Field {
 		if shown, ok := sf.Tag.Lookup("shown"); ok {
 			f.Default = shown
 		}
-		f.duration = sf.Type == durationType && (f.Unit == "s" || f.Unit == "ms")
-		if sf.Type == durationType && !f.duration && f.Unit != "" {
+		isDuration := sf.Type == reflect.TypeFor[time.Duration]()
+		f.duration = isDuration && (f.Unit == "s" || f.Unit == "ms")
+		if isDuration && !f.duration && f.Unit != "" {
 			panic("envcfg: " + t.Name() + "." + sf.Name + ": a duration's unit is s or ms, not " + f.Unit)
 		}
 		if r, ok := sf.Tag.Lookup("range"); ok {
