@@ -3,6 +3,7 @@ package observer
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/sethvargo/go-envconfig"
@@ -10,46 +11,39 @@ import (
 	"github.com/dtq/dtq/internal/envcfg"
 )
 
-// Config is the observer's configuration, read from the environment.
+// Config is the observer's configuration, read from the environment by LoadConfig or
+// built in Go. Each field's tags name its variable, its default and its --help line:
+// EnvVars is derived from them.
 type Config struct {
 	// RedisURL: redis://, rediss://, redis+cluster://, redis+sentinel:// (as the worker's).
-	RedisURL string `env:"DTQ_REDIS_URL, default=redis://127.0.0.1:6379/0"`
+	RedisURL string `env:"DTQ_REDIS_URL, default=redis://127.0.0.1:6379/0" help:"Redis: redis://, rediss://, redis+cluster://, redis+sentinel://"`
 	// RedisCAFile: PEM CA bundle for rediss:// ("" = system roots).
-	RedisCAFile string `env:"DTQ_REDIS_CA_FILE"`
+	RedisCAFile string `env:"DTQ_REDIS_CA_FILE" help:"PEM CA bundle trusted for rediss://"`
 	// KeyPrefix: the first part of every key; must match the workers'.
-	KeyPrefix string `env:"DTQ_KEY_PREFIX, default=dtq"`
-	// Port: HTTP port of the API, /healthz, /readyz and /metrics.
-	Port int `env:"PORT, default=8080"`
-	// Token: the bearer token of the actions (pause, resume, cancel, requeue); unset,
-	// the actions are off.
-	Token string `env:"DTQ_OBSERVER_TOKEN"`
+	KeyPrefix string `env:"DTQ_KEY_PREFIX, default=dtq" help:"prefix of every Redis key (the workers' prefix)"`
+	// Port: HTTP port of the API, /healthz, /readyz and /metrics (Validate checks its
+	// range, stated in its help).
+	Port int `env:"PORT, default=8080" help:"HTTP port of the API, /healthz, /readyz, /metrics; 0..65535 (0 = any free port)"`
+	// Token: the bearer token of the actions (pause, resume, cancel, requeue), at least
+	// MinTokenBytes; unset, the actions are off.
+	Token string `env:"DTQ_OBSERVER_TOKEN" help:"bearer token of the actions (pause, resume, cancel, requeue), at least 16 bytes; unset: actions off"`
 	// ReadOpen: the read endpoints need no token; false: they need it too.
-	ReadOpen bool `env:"DTQ_OBSERVER_READ_OPEN, default=true"`
+	ReadOpen bool `env:"DTQ_OBSERVER_READ_OPEN, default=true" help:"read endpoints need no token (false: they need DTQ_OBSERVER_TOKEN too)"`
 	// LogFormat: json, text, or auto (text on a terminal, json otherwise).
-	LogFormat string `env:"DTQ_LOG_FORMAT, default=auto"`
+	LogFormat string `env:"DTQ_LOG_FORMAT, default=auto" help:"json, text or auto"`
 	// LogLevel: debug, info, warn, error.
-	LogLevel string `env:"DTQ_LOG_LEVEL, default=info"`
+	LogLevel string `env:"DTQ_LOG_LEVEL, default=info" help:"debug, info, warn, error"`
 }
 
 // MinTokenBytes is the shortest DTQ_OBSERVER_TOKEN accepted.
 const MinTokenBytes = 16
 
 // EnvVar describes one variable for --help.
-type EnvVar struct{ Name, Default, Help string }
+type EnvVar = envcfg.Var
 
-// EnvVars lists every variable the observer reads, with its default.
-func EnvVars() []EnvVar {
-	return []EnvVar{
-		{"DTQ_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis: redis://, rediss://, redis+cluster://, redis+sentinel://"},
-		{"DTQ_REDIS_CA_FILE", "", "PEM CA bundle trusted for rediss://"},
-		{"DTQ_KEY_PREFIX", "dtq", "prefix of every Redis key (the workers' prefix)"},
-		{"PORT", "8080", "HTTP port of the API, /healthz, /readyz, /metrics; 0..65535 (0 = any free port)"},
-		{"DTQ_OBSERVER_TOKEN", "", fmt.Sprintf("bearer token of the actions (pause, resume, cancel, requeue), at least %d bytes; unset: actions off", MinTokenBytes)},
-		{"DTQ_OBSERVER_READ_OPEN", "true", "read endpoints need no token (false: they need DTQ_OBSERVER_TOKEN too)"},
-		{"DTQ_LOG_FORMAT", "auto", "json, text or auto"},
-		{"DTQ_LOG_LEVEL", "info", "debug, info, warn, error"},
-	}
-}
+// EnvVars lists every variable the observer reads, with its default. It is derived
+// from Config's tags.
+func EnvVars() []EnvVar { return envcfg.Vars(reflect.TypeFor[Config]()) }
 
 // LoadConfig reads and validates the configuration. A bad value is an *envcfg.Error
 // naming its variable.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sethvargo/go-envconfig"
 
@@ -53,8 +54,8 @@ func FuzzLoadConfig(f *testing.F) {
 			}
 			return
 		}
-		if cfg.HeartbeatIntervalS >= cfg.VisibilityTimeoutS || cfg.Concurrency < 1 || cfg.Port < 0 || cfg.Port > 65535 ||
-			cfg.MaxPayloadBytes < 1 || cfg.PollBlockMS < 1 || float64(cfg.SchedulerLockTTLMS) <= cfg.SchedulerIntervalS*1000 ||
+		if cfg.HeartbeatInterval >= cfg.VisibilityTimeout || cfg.Concurrency < 1 || cfg.Port < 0 || cfg.Port > 65535 ||
+			cfg.MaxPayloadBytes < 1 || cfg.PollBlock < time.Millisecond || cfg.SchedulerLockTTL <= cfg.SchedulerInterval ||
 			cfg.WorkerID == "" || len(cfg.Queues) == 0 {
 			t.Fatalf("accepted a configuration that breaks a rule: %+v", cfg)
 		}

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"math"
 	"os"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sethvargo/go-envconfig"
 
+	"github.com/dtq/dtq/internal/envcfg"
 	"github.com/dtq/dtq/runtime"
 )
 
@@ -20,9 +23,10 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DrainTimeoutS != 30 || c.VisibilityTimeoutS != 30 || c.HeartbeatIntervalS != 5 || c.Port != 8080 ||
+	if c.DrainTimeout != 30*time.Second || c.VisibilityTimeout != 30*time.Second || c.HeartbeatInterval != 5*time.Second || c.Port != 8080 ||
 		c.MaxPayloadBytes != 1<<20 || len(c.Queues) != 1 || c.Queues[0] != "default" || c.KeyPrefix != "dtq" ||
-		c.DeadMax != 10000 || c.DeadTTLS != 90*86400 {
+		c.DeadMax != 10000 || c.DeadTTL != 90*24*time.Hour || c.PollBlock != 30*time.Second || c.SchedulerLockTTL != 10*time.Second ||
+		c.RetryBase != time.Second || c.RetryMax != 10*time.Minute || c.IdleExit != 0 || c.RedisFatalAfter != 10*time.Second {
 		t.Fatalf("defaults = %+v", c)
 	}
 	if !strings.HasPrefix(c.WorkerID, "worker-") || len(c.WorkerID) != len("worker-")+8 {
@@ -177,25 +181,160 @@ func TestReadmeTableMatchesEnvVars(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := map[string]string{}
-	for _, line := range strings.Split(string(readme), "\n") {
-		if first, _, ok := strings.Cut(strings.TrimPrefix(line, "| "), " |"); ok && strings.HasPrefix(line, "| `") {
-			for _, name := range strings.Split(first, ", ") {
-				rows[strings.Trim(name, "`")] = line
-			}
+	for _, m := range envcfg.TableMismatches(string(readme), runtime.EnvVars()) {
+		t.Errorf("README.md: %s", m)
+	}
+}
+
+// WithDefaults fills every zero field with the default LoadConfig takes for a variable
+// not set, and a new worker id; a field already set stays as it is.
+func TestWithDefaults(t *testing.T) {
+	t.Parallel()
+	loaded, err := runtime.LoadConfig(context.Background(), envconfig.MapLookuper(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := runtime.Config{}.WithDefaults()
+	if !strings.HasPrefix(d.WorkerID, "worker-") || d.WorkerID == loaded.WorkerID {
+		t.Errorf("worker id %q (loaded %q): want a new worker-<8 hex>", d.WorkerID, loaded.WorkerID)
+	}
+	d.WorkerID = loaded.WorkerID
+	if !reflect.DeepEqual(d, loaded) {
+		t.Errorf("Config{}.WithDefaults() = %+v\nLoadConfig of no environment = %+v", d, loaded)
+	}
+	if err := d.Validate(); err != nil {
+		t.Errorf("defaults do not validate: %v", err)
+	}
+	set := runtime.Config{Queues: []string{"emails"}, Concurrency: 3, VisibilityTimeout: 2 * time.Second,
+		PollBlock: 5 * time.Millisecond, WorkerID: "w1", EventsVerbose: true}
+	got := set.WithDefaults()
+	if got.Queues[0] != "emails" || len(got.Queues) != 1 || got.Concurrency != 3 || got.VisibilityTimeout != 2*time.Second ||
+		got.PollBlock != 5*time.Millisecond || got.WorkerID != "w1" || !got.EventsVerbose ||
+		got.HeartbeatInterval != 5*time.Second || got.KeyPrefix != "dtq" || got.RetryMax != 10*time.Minute {
+		t.Errorf("WithDefaults of %+v = %+v", set, got)
+	}
+	if set.HeartbeatInterval != 0 || set.KeyPrefix != "" {
+		t.Errorf("WithDefaults changed its receiver: %+v", set)
+	}
+}
+
+// Validate changes nothing, whether it accepts the configuration or not: queue names
+// are not trimmed (a name with spaces is refused) and an empty worker id stays empty.
+func TestValidateChangesNothing(t *testing.T) {
+	t.Parallel()
+	base := runtime.Config{}.WithDefaults()
+	for _, c := range []struct {
+		set func(*runtime.Config)
+		ok  bool
+	}{
+		{func(*runtime.Config) {}, true},
+		{func(c *runtime.Config) { c.WorkerID = "" }, true}, // New fills it in
+		{func(c *runtime.Config) { c.Queues = []string{"a", " b"} }, false},
+		{func(c *runtime.Config) { c.Queues = []string{"a", "a"} }, false},
+		{func(c *runtime.Config) { c.HeartbeatInterval = c.VisibilityTimeout }, false},
+		{func(c *runtime.Config) { c.SchedulerLockTTL = c.SchedulerInterval }, false},
+		{func(c *runtime.Config) { c.RetryMax = c.RetryBase - 1 }, false},
+		{func(c *runtime.Config) { c.PollBlock = 0 }, false},
+		{func(c *runtime.Config) {
+			c.VisibilityTimeout = 49 * time.Millisecond
+			c.HeartbeatInterval = 10 * time.Millisecond
+		}, false},
+		{func(c *runtime.Config) {
+			c.VisibilityTimeout = 50 * time.Millisecond
+			c.HeartbeatInterval = 10 * time.Millisecond
+		}, true},
+		{func(c *runtime.Config) { c.DeadTTL = 3651 * 24 * time.Hour }, false},
+	} {
+		cfg := base
+		cfg.Queues = slices.Clone(base.Queues)
+		c.set(&cfg)
+		before := cfg
+		before.Queues = slices.Clone(cfg.Queues)
+		err := cfg.Validate()
+		if (err == nil) != c.ok {
+			t.Errorf("Validate(%+v) = %v, want ok %v", cfg, err, c.ok)
+		}
+		if !reflect.DeepEqual(cfg, before) {
+			t.Errorf("Validate changed %+v into %+v", before, cfg)
 		}
 	}
-	for _, v := range runtime.EnvVars() {
-		row, ok := rows[v.Name]
-		if !ok {
-			t.Errorf("README.md has no row for %s", v.Name)
-			continue
+}
+
+// Every duration is read in the unit its variable names: seconds with fractions,
+// whole milliseconds; a Go duration is no value of either.
+func TestConfigDurationUnits(t *testing.T) {
+	t.Parallel()
+	c, err := runtime.LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{
+		"DTQ_VISIBILITY_TIMEOUT_S": "0.05", "DTQ_HEARTBEAT_INTERVAL_S": "0.01", "DTQ_DRAIN_TIMEOUT_S": "1e3",
+		"DTQ_RESULT_TTL_S": "0", "DTQ_DEAD_TTL_S": "1.5", "DTQ_POLL_BLOCK_MS": "1500", "DTQ_SCHEDULER_INTERVAL_S": "0.25",
+		"DTQ_SCHEDULER_LOCK_TTL_MS": "251", "DTQ_RETRY_BASE_MS": "0", "DTQ_RETRY_MAX_MS": "604800000",
+		"DTQ_DEFAULT_TIMEOUT_S": "604800", "DTQ_WORKER_IDLE_EXIT_S": "2.5", "DTQ_REDIS_FATAL_AFTER_S": "0.2",
+		"DTQ_QUEUES": " a , b ",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct {
+		name      string
+		got, want time.Duration
+	}{
+		{"DTQ_VISIBILITY_TIMEOUT_S", c.VisibilityTimeout, 50 * time.Millisecond},
+		{"DTQ_HEARTBEAT_INTERVAL_S", c.HeartbeatInterval, 10 * time.Millisecond},
+		{"DTQ_DRAIN_TIMEOUT_S", c.DrainTimeout, 1000 * time.Second},
+		{"DTQ_RESULT_TTL_S", c.ResultTTL, 0},
+		{"DTQ_DEAD_TTL_S", c.DeadTTL, 1500 * time.Millisecond},
+		{"DTQ_POLL_BLOCK_MS", c.PollBlock, 1500 * time.Millisecond},
+		{"DTQ_SCHEDULER_INTERVAL_S", c.SchedulerInterval, 250 * time.Millisecond},
+		{"DTQ_SCHEDULER_LOCK_TTL_MS", c.SchedulerLockTTL, 251 * time.Millisecond},
+		{"DTQ_RETRY_BASE_MS", c.RetryBase, 0},
+		{"DTQ_RETRY_MAX_MS", c.RetryMax, 7 * 24 * time.Hour},
+		{"DTQ_DEFAULT_TIMEOUT_S", c.DefaultTimeout, 7 * 24 * time.Hour},
+		{"DTQ_WORKER_IDLE_EXIT_S", c.IdleExit, 2500 * time.Millisecond},
+		{"DTQ_REDIS_FATAL_AFTER_S", c.RedisFatalAfter, 200 * time.Millisecond},
+	} {
+		if f.got != f.want {
+			t.Errorf("%s: %v, want %v", f.name, f.got, f.want)
 		}
-		if i := strings.LastIndex(v.Help, "; "); i >= 0 && strings.Contains(v.Help[i:], "..") {
-			rng := strings.Fields(v.Help[i+2:])[0]
-			if !strings.Contains(row, "| "+rng) {
-				t.Errorf("README.md's row of %s lacks its range %s: %s", v.Name, rng, row)
-			}
+	}
+	if !reflect.DeepEqual(c.Queues, []string{"a", "b"}) {
+		t.Errorf("DTQ_QUEUES: %q, want the names trimmed", c.Queues)
+	}
+	for name, v := range map[string]string{
+		"DTQ_DRAIN_TIMEOUT_S": "30s", "DTQ_POLL_BLOCK_MS": "1.5", "DTQ_RETRY_BASE_MS": "1s", "DTQ_SCHEDULER_LOCK_TTL_MS": "1e4",
+		"DTQ_RESULT_TTL_S": "1e300", "DTQ_WORKER_IDLE_EXIT_S": "-Inf",
+	} {
+		_, err := runtime.LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{name: v}))
+		var ce *runtime.ConfigError
+		if !errors.As(err, &ce) || ce.Var != name {
+			t.Errorf("%s=%s: err = %v, want a ConfigError naming %s", name, v, err, name)
+		}
+	}
+	// The wording of a value outside its range is the one it always had.
+	_, err = runtime.LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{"DTQ_POLL_BLOCK_MS": "60001"}))
+	if err == nil || err.Error() != "DTQ_POLL_BLOCK_MS: 60001 must be within 1..60000 ms" {
+		t.Errorf("DTQ_POLL_BLOCK_MS=60001: %v", err)
+	}
+	_, err = runtime.LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{"DTQ_WORKER_CONCURRENCY": "0"}))
+	if err == nil || err.Error() != "DTQ_WORKER_CONCURRENCY: 0 must be within 1..100000" {
+		t.Errorf("DTQ_WORKER_CONCURRENCY=0: %v", err)
+	}
+}
+
+// Each default --help shows is the one a variable not set takes: setting a variable to
+// its shown default changes nothing.
+func TestEnvVarsDefaultsAreTheDefaults(t *testing.T) {
+	t.Parallel()
+	unset, err := runtime.LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{"DTQ_WORKER_ID": "w"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range runtime.EnvVars() {
+		if v.Name == "DTQ_WORKER_ID" {
+			continue // shown as worker-<8 hex>, filled in at load
+		}
+		set, err := runtime.LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{"DTQ_WORKER_ID": "w", v.Name: v.Default}))
+		if err != nil || !reflect.DeepEqual(set, unset) {
+			t.Errorf("%s=%q (its default) gives %+v, %v; unset gives %+v", v.Name, v.Default, set, err, unset)
 		}
 	}
 }

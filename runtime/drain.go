@@ -24,7 +24,7 @@ func (w *Worker) drain() {
 	w.leave()
 	w.state.Store(stateDraining)
 	w.metrics.draining.Set(1)
-	w.log.Info("worker: draining", "inflight", w.hold.inflight.Load(), "timeout_s", w.cfg.DrainTimeoutS)
+	w.log.Info("worker: draining", "inflight", w.hold.inflight.Load(), "timeout_s", w.cfg.DrainTimeout.Seconds())
 	<-fetching
 	w.leave()
 
@@ -83,7 +83,7 @@ func stopAll(ss ...service.Service) <-chan struct{} {
 // awaitFunctions waits until nothing runs, and reports false when the drain timeout
 // (or a StopAndCancel) came first.
 func (w *Worker) awaitFunctions() bool {
-	deadline := time.NewTimer(w.cfg.DrainTimeout())
+	deadline := time.NewTimer(w.cfg.DrainTimeout)
 	defer deadline.Stop()
 	for w.hold.inflight.Load() > 0 {
 		select {
@@ -142,7 +142,7 @@ func (w *Worker) giveUp() {
 // it at once).
 func (w *Worker) exitBound(inFlight time.Duration) time.Duration {
 	flushes := time.Duration(eventsBuffer/eventsBatch + 1) // the buffer, and the batch being flushed
-	return w.cfg.DrainTimeout() +
+	return w.cfg.DrainTimeout +
 		// 1. the fetching loops' pass in flight (the reaper's reclaim has its own bound),
 		// with the poller's hand-back of what its read delivered as it stopped; leave, twice
 		max(inFlight, w.reaper.reclaimCallBound()) + touchBackTimeout + handBackTimeout +

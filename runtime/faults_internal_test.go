@@ -44,7 +44,7 @@ func TestIdleReadLeavesOutAWrongTypeBand(t *testing.T) {
 		t.Fatal("the wrong-type band is not left out of the next read")
 	}
 	// the next read leaves it out and blocks as usual (a short block: nothing arrives)
-	w.cfg.PollBlockMS = 10
+	w.cfg.PollBlock = 10 * time.Millisecond
 	start := time.Now()
 	if err := w.poller.block(ctx, 8); err != nil {
 		t.Fatalf("the next idle read: %v", err)

@@ -35,7 +35,7 @@ func (h *heartbeat) Start(ctx context.Context) error {
 func (h *heartbeat) loop(ctx context.Context) error {
 	for {
 		h.runOnce(ctx)
-		if !service.Sleep(ctx, service.Jitter(h.w.cfg.HeartbeatInterval(), 0.1)) {
+		if !service.Sleep(ctx, service.Jitter(h.w.cfg.HeartbeatInterval, 0.1)) {
 			return nil
 		}
 	}
@@ -58,7 +58,7 @@ func (h *heartbeat) due(now time.Time, ahead time.Duration) bool {
 	if last == 0 {
 		return true
 	}
-	next := time.Unix(0, last).Add(h.w.cfg.HeartbeatInterval() * 9 / 10)
+	next := time.Unix(0, last).Add(h.w.cfg.HeartbeatInterval * 9 / 10)
 	return !now.Add(ahead).Before(next)
 }
 
@@ -78,7 +78,7 @@ func (h *heartbeat) write(ctx context.Context) {
 
 // writeTimeout bounds one heartbeat write: the interval, at least a second.
 func (h *heartbeat) writeTimeout() time.Duration {
-	return max(time.Second, h.w.cfg.HeartbeatInterval())
+	return max(time.Second, h.w.cfg.HeartbeatInterval)
 }
 
 func (h *heartbeat) writeStatus(ctx context.Context, status liveness.Status) error {
@@ -92,7 +92,7 @@ func (h *heartbeat) writeStatus(ctx context.Context, status liveness.Status) err
 // queue queues the heartbeat's writes on p.
 func (h *heartbeat) queue(ctx context.Context, p redis.Pipeliner, status liveness.Status) {
 	w := h.w
-	hbMS := int64(w.cfg.HeartbeatIntervalS * 1000)
+	hbMS := w.cfg.HeartbeatInterval.Milliseconds()
 	key := w.ks.Worker(w.id)
 	p.HSet(ctx, key,
 		liveness.FieldWorkerID, w.id,
@@ -122,7 +122,7 @@ func (w *Worker) touchHeld(ctx context.Context) {
 		for i, e := range es {
 			hs[i] = e.heldRef()
 		}
-		tctx, cancel := context.WithTimeout(ctx, max(time.Second, w.cfg.HeartbeatInterval()))
+		tctx, cancel := context.WithTimeout(ctx, max(time.Second, w.cfg.HeartbeatInterval))
 		ok, err := lua.Touch.Run(tctx, w.rdb, lua.TouchArgs{Queue: w.byName[name], Consumer: w.id, IdleMS: 0, Handback: false, Items: hs})
 		cancel()
 		w.sawRedis(err)

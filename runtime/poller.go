@@ -356,18 +356,18 @@ func (p *poller) wrongTypeStreams(ctx context.Context, streams []string, err err
 
 // idleFor reports whether DTQ_WORKER_IDLE_EXIT_S has passed with nothing running.
 func (w *Worker) idleFor() bool {
-	if w.cfg.IdleExitS <= 0 || w.hold.inflight.Load() > 0 {
+	if w.cfg.IdleExit <= 0 || w.hold.inflight.Load() > 0 {
 		return false
 	}
-	return time.Since(time.Unix(0, w.hold.active.Load())) >= seconds(w.cfg.IdleExitS)
+	return time.Since(time.Unix(0, w.hold.active.Load())) >= w.cfg.IdleExit
 }
 
 // blockFor is how long the idle read may block: DTQ_POLL_BLOCK_MS, or less when the
 // idle exit comes sooner.
 func (w *Worker) blockFor() time.Duration {
-	d := time.Duration(w.cfg.PollBlockMS) * time.Millisecond
-	if w.cfg.IdleExitS > 0 {
-		left := seconds(w.cfg.IdleExitS) - time.Since(time.Unix(0, w.hold.active.Load()))
+	d := w.cfg.PollBlock
+	if w.cfg.IdleExit > 0 {
+		left := w.cfg.IdleExit - time.Since(time.Unix(0, w.hold.active.Load()))
 		d = max(time.Millisecond, min(d, left+time.Millisecond))
 	}
 	return d

@@ -35,7 +35,7 @@ func (r *reaper) Start(ctx context.Context) error {
 
 // interval is the design's max(0.5 s, visibility timeout / 2).
 func (r *reaper) interval() time.Duration {
-	return max(500*time.Millisecond, r.w.cfg.VisibilityTimeout()/2)
+	return max(500*time.Millisecond, r.w.cfg.VisibilityTimeout/2)
 }
 
 func (r *reaper) loop(ctx context.Context) error {
@@ -66,7 +66,7 @@ func (r *reaper) loop(ctx context.Context) error {
 // by more than half the visibility timeout: this process (or the machine) stalled, and
 // so, likely, did its peers, none of which could touch its entries meanwhile.
 func (r *reaper) noteStall(late time.Duration) {
-	if late > r.w.cfg.VisibilityTimeout()/2 {
+	if late > r.w.cfg.VisibilityTimeout/2 {
 		r.unreachableAt.Store(time.Now().UnixNano())
 		r.w.log.Warn("reaper: this process stalled; holding reclaims while live workers touch their entries", "late", late.String())
 	}
@@ -84,14 +84,14 @@ func (r *reaper) reclaimHold() time.Duration {
 	if last == 0 {
 		return 0
 	}
-	grace := 2*r.w.cfg.HeartbeatInterval() + 2*time.Second
+	grace := 2*r.w.cfg.HeartbeatInterval + 2*time.Second
 	return time.Until(time.Unix(0, last).Add(grace))
 }
 
 // reclaimCallBound is the longest one reclaim call may take, resends included: a
 // quarter of the visibility timeout, within 0.2–2 s.
 func (r *reaper) reclaimCallBound() time.Duration {
-	return min(2*time.Second, max(200*time.Millisecond, r.w.cfg.VisibilityTimeout()/4))
+	return min(2*time.Second, max(200*time.Millisecond, r.w.cfg.VisibilityTimeout/4))
 }
 
 // runOnce runs one reaper pass and returns how many tasks it started.

@@ -74,7 +74,7 @@ func (s *scheduler) trimDead(ctx context.Context) {
 	for _, q := range qs {
 		if n := trimmed[q.Name]; n > 0 {
 			w.log.Info("retention: deleted dead tasks beyond the bounds", "queue", q.Name, "count", n,
-				"more", r.backlog[q.Name], "max", w.cfg.DeadMax, "ttl_s", w.cfg.DeadTTLS)
+				"more", r.backlog[q.Name], "max", w.cfg.DeadMax, "ttl_s", w.cfg.DeadTTL.Seconds())
 			w.publish(Event{Type: EventDeadTrimmed, Queue: q.Name, Detail: strconv.FormatInt(n, 10)})
 		}
 	}
@@ -86,7 +86,7 @@ func (s *scheduler) trimDead(ctx context.Context) {
 // missing loads it and runs again, once (reloaded).
 func (s *scheduler) trimRound(ctx context.Context, r *retention, qs []keys.Queue, trimmed map[string]int64, reloaded bool) (more []keys.Queue, stop bool) {
 	w := s.w
-	a := lua.TrimDeadArgs{NowMS: w.now().UnixMilli(), Max: w.cfg.DeadMax, TTLMS: int64(w.cfg.DeadTTLS * 1000), Limit: deadTrimBatch}
+	a := lua.TrimDeadArgs{NowMS: w.now().UnixMilli(), Max: w.cfg.DeadMax, TTLMS: w.cfg.DeadTTL.Milliseconds(), Limit: deadTrimBatch}
 	p := w.rdb.Pipeline()
 	cmds := make([]*lua.Pending[lua.TrimDeadResult], 0, len(qs))
 	for _, q := range qs {

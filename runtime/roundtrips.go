@@ -68,7 +68,7 @@ type redisHealth = redisconn.Health
 
 func newRedisHealth(w *Worker) *redisconn.Health {
 	return redisconn.NewHealth(redisconn.HealthOptions{
-		FatalAfter: seconds(w.cfg.RedisFatalAfterS),
+		FatalAfter: w.cfg.RedisFatalAfter,
 		URL:        w.cfg.RedisURL,
 		Logger:     w.log,
 		OnChange: func(up bool) {

@@ -45,7 +45,7 @@ func (s *scheduler) Start(ctx context.Context) error {
 }
 
 func (s *scheduler) loop(ctx context.Context) error {
-	interval := seconds(s.w.cfg.SchedulerIntervalS)
+	interval := s.w.cfg.SchedulerInterval
 	for {
 		if err := s.runOnce(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -71,7 +71,7 @@ func (s *scheduler) loop(ctx context.Context) error {
 // still exclusive (sched_claim.lua is atomic), so they are enqueued like any other.
 func (s *scheduler) runOnce(ctx context.Context) error {
 	w := s.w
-	ttl := int64(w.cfg.SchedulerLockTTLMS)
+	ttl := w.cfg.SchedulerLockTTL.Milliseconds()
 	now := w.now()
 	nowMS := now.UnixMilli()
 	// a queue whose keys Redis refuses is left out for a while: the others move
@@ -89,7 +89,7 @@ func (s *scheduler) runOnce(ctx context.Context) error {
 		}
 		names = p.SMembers(ctx, w.ks.Queues())
 	}
-	beat := w.heartbeat.due(now, seconds(w.cfg.SchedulerIntervalS))
+	beat := w.heartbeat.due(now, w.cfg.SchedulerInterval)
 	if beat {
 		w.heartbeat.queue(ctx, p, w.status())
 	}

@@ -118,7 +118,7 @@ func New(o Options) (*Worker, error) {
 	if o.Redis == nil || o.Registry == nil {
 		return nil, errors.New("runtime: New needs Redis and a Registry")
 	}
-	cfg := o.Config
+	cfg := o.Config.withWorkerID()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -134,10 +134,10 @@ func New(o Options) (*Worker, error) {
 		cfg: cfg, pprof: o.Pprof, rdb: o.Redis, reg: o.Registry, now: now,
 		ks: keys.New(cfg.KeyPrefix), id: cfg.WorkerID,
 		byName:       map[string]keys.Queue{},
-		vtMS:         int64(cfg.VisibilityTimeoutS * 1000),
-		keepMS:       int64(cfg.ResultTTLS * 1000),
-		defTimeout:   seconds(cfg.DefaultTimeoutS),
-		defBackoff:   ExpBackoff(time.Duration(cfg.RetryBaseMS)*time.Millisecond, time.Duration(cfg.RetryMaxMS)*time.Millisecond),
+		vtMS:         cfg.VisibilityTimeout.Milliseconds(),
+		keepMS:       cfg.ResultTTL.Milliseconds(),
+		defTimeout:   cfg.DefaultTimeout,
+		defBackoff:   ExpBackoff(cfg.RetryBase, cfg.RetryMax),
 		instrumented: o.InstrumentRedis,
 		hold:         newHoldings(),
 		stop:         stopper{quit: make(chan struct{}), hard: make(chan struct{})},
@@ -159,7 +159,7 @@ func New(o Options) (*Worker, error) {
 	w.completer = newCompleter(w, 4*cfg.Concurrency+64)
 	w.poller = newPoller(w)
 	w.reaper = newReaper(w)
-	w.leader = &leader{rdb: w.rdb, lock: w.ks.SchedulerLock(), token: w.id, ttlMS: int64(cfg.SchedulerLockTTLMS),
+	w.leader = &leader{rdb: w.rdb, lock: w.ks.SchedulerLock(), token: w.id, ttlMS: cfg.SchedulerLockTTL.Milliseconds(),
 		log: w.log, gauge: w.metrics.leader, notify: w.publish, seen: w.sawRedis}
 	w.scheduler = newScheduler(w, w.leader)
 	w.heartbeat = &heartbeat{w: w}

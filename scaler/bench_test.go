@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	pb "github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 )
@@ -43,7 +44,7 @@ func BenchmarkGetMetrics10x10(b *testing.B) {
 // BenchmarkGetMetrics10x10Cached is the same poll answered from the cache (the
 // IsActive that follows every GetMetrics, and every other ScaledObject on these queues).
 func BenchmarkGetMetrics10x10Cached(b *testing.B) {
-	f := setup(b, nil, func(c *Config) { c.CacheTTLMS = 60000 })
+	f := setup(b, nil, func(c *Config) { c.CacheTTL = time.Minute })
 	r := seedGrid(b, f, 10)
 	req := &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: ParseMust(r).Metrics()[0].Name}
 	ctx := context.Background()
@@ -57,7 +58,7 @@ func BenchmarkGetMetrics10x10Cached(b *testing.B) {
 // BenchmarkPushLatency is the time from XADD of the first task on an idle queue to the
 // StreamIsActive client receiving true.
 func BenchmarkPushLatency(b *testing.B) {
-	f := setup(b, nil, func(c *Config) { c.PushPollMS = 1 })
+	f := setup(b, nil, func(c *Config) { c.PushPoll = time.Millisecond })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stream, err := f.cli.StreamIsActive(ctx, ref("queues", "wake"))

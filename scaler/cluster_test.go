@@ -26,7 +26,7 @@ func TestRedisCluster(t *testing.T) {
 	cfg := testConfig(prefix)
 	// Resynchronising reads far apart: on a cluster the push must come from polling
 	// every PushPollMS, or it would not come before the test's deadline.
-	cfg.PushMaxBlockMS = 300000
+	cfg.PushMaxBlock = 300 * time.Second
 	f := serve(t, c, cfg)
 
 	s := seed{t, c, ks}

@@ -3,11 +3,16 @@ package scaler
 import (
 	"context"
 	"errors"
+	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sethvargo/go-envconfig"
+
+	"github.com/dtq/dtq/internal/envcfg"
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -17,7 +22,8 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.RedisURL != "redis://127.0.0.1:6379/0" || c.KeyPrefix != "dtq" || c.Port != 8080 || c.Addr != ":6000" ||
-		c.RedisTimeoutMS != 2000 || c.CacheTTLMS != 1000 || c.PushPollMS != 500 || c.PushMaxBlockMS != 5000 ||
+		c.RedisTimeout != 2*time.Second || c.CacheTTL != time.Second || c.PushPoll != 500*time.Millisecond || c.PushMaxBlock != 5*time.Second ||
+		c.ShutdownTimeout != 10*time.Second ||
 		c.MaxQueues != 1024 {
 		t.Errorf("defaults = %+v", c)
 	}
@@ -111,5 +117,70 @@ func TestConfigBoundsEveryNumber(t *testing.T) {
 		if !found {
 			t.Errorf("%s: --help does not state its range %s..%s", c.name, c.min, c.max)
 		}
+	}
+}
+
+// scaler/README.md's table lists every variable --help lists, with the same range.
+func TestReadmeTableMatchesEnvVars(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range envcfg.TableMismatches(string(readme), EnvVars()) {
+		t.Errorf("scaler/README.md: %s", m)
+	}
+}
+
+// The bounds of DTQ_SCALER_MAX_QUEUES hold one trigger's queues (MaxQueues), and its
+// default is DefaultMaxQueues.
+func TestMaxQueuesTags(t *testing.T) {
+	t.Parallel()
+	for _, f := range envcfg.Fields(reflect.TypeFor[Config]()) {
+		if f.Var == "DTQ_SCALER_MAX_QUEUES" {
+			if f.Min != MaxQueues || f.Default != strconv.Itoa(DefaultMaxQueues) {
+				t.Errorf("DTQ_SCALER_MAX_QUEUES: min %v, default %s; want %d and %d", f.Min, f.Default, MaxQueues, DefaultMaxQueues)
+			}
+			return
+		}
+	}
+	t.Error("no DTQ_SCALER_MAX_QUEUES")
+}
+
+// Durations are read in their variable's unit, and refused past their range with the
+// wording they always had; Validate changes nothing.
+func TestConfigDurations(t *testing.T) {
+	t.Parallel()
+	c, err := LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{
+		"DTQ_SCALER_REDIS_TIMEOUT_MS": "10", "DTQ_SCALER_CACHE_TTL_MS": "0", "DTQ_SCALER_PUSH_POLL_MS": "60000",
+		"DTQ_SCALER_PUSH_MAX_BLOCK_MS": "300000", "DTQ_SCALER_SHUTDOWN_TIMEOUT_S": "0.5",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RedisTimeout != 10*time.Millisecond || c.CacheTTL != 0 || c.PushPoll != time.Minute || c.PushMaxBlock != 5*time.Minute ||
+		c.ShutdownTimeout != 500*time.Millisecond {
+		t.Errorf("durations: %+v", c)
+	}
+	for env, want := range map[string]string{
+		"DTQ_SCALER_REDIS_TIMEOUT_MS=9":        "DTQ_SCALER_REDIS_TIMEOUT_MS: 9 must be between 10 and 60000",
+		"DTQ_SCALER_SHUTDOWN_TIMEOUT_S=3600.5": "DTQ_SCALER_SHUTDOWN_TIMEOUT_S: 3600.5 must be between 0 and 3600 seconds",
+		"DTQ_SCALER_MAX_QUEUES=255":            "DTQ_SCALER_MAX_QUEUES: 255 must be between 256 and 16384",
+		"PORT=65536":                           "PORT: 65536 is not a TCP port",
+		"DTQ_SCALER_PUSH_POLL_MS=1.5":          `DTQ_SCALER_PUSH_POLL_MS: "1.5" is not a valid value (invalid syntax)`,
+	} {
+		name, v, _ := strings.Cut(env, "=")
+		if _, err := LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{name: v})); err == nil || err.Error() != want {
+			t.Errorf("%s: %v, want %s", env, err, want)
+		}
+	}
+	before := c
+	bad := c
+	bad.PushPoll = time.Millisecond
+	if err := bad.Validate(); err == nil || err.Error() != "DTQ_SCALER_PUSH_POLL_MS: 1 must be between 10 and 60000" {
+		t.Errorf("PushPoll 1ms: %v", err)
+	}
+	if err := c.Validate(); err != nil || !reflect.DeepEqual(c, before) {
+		t.Errorf("Validate: %v, changed %+v into %+v", err, before, c)
 	}
 }

@@ -36,7 +36,7 @@ func (s *Scaler) routes() http.Handler {
 	})
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError,
-		Timeout:       2*s.cfg.RedisTimeout() + time.Second,
+		Timeout:       2*s.cfg.RedisTimeout + time.Second,
 	})))
 	return e
 }
@@ -109,7 +109,7 @@ func (queueCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (qc queueCollector) Collect(ch chan<- prometheus.Metric) {
 	s := qc.s
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RedisTimeout())
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RedisTimeout)
 	defer cancel()
 	stats, workers, omitted, err := s.scrape(ctx)
 	up := 1.0

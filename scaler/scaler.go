@@ -83,13 +83,13 @@ func New(cfg Config, c redis.UniversalClient, o Options) (*Scaler, error) {
 		cfg.MaxQueues = DefaultMaxQueues
 	}
 	s.cfg = cfg
-	s.sig = newSignal(c, s.ks, s.now, cfg.RedisTimeout())
+	s.sig = newSignal(c, s.ks, s.now, cfg.RedisTimeout)
 	s.sig.maxQueues = cfg.MaxQueues
 	s.watch = newWatcher(c, s.ks, s.now, s.log)
 	s.watch.maxQueues = cfg.MaxQueues
-	s.watch.timeout = cfg.RedisTimeout()
-	s.watch.poll = cfg.PushPoll()
-	s.watch.maxBlock = cfg.PushMaxBlock()
+	s.watch.timeout = cfg.RedisTimeout
+	s.watch.poll = cfg.PushPoll
+	s.watch.maxBlock = cfg.PushMaxBlock
 	s.probe = &prober{s: s}
 
 	opts := []grpc.ServerOption{
@@ -220,7 +220,7 @@ func (s *Scaler) Stop() {
 		s.ready.Store(false)
 		close(s.stopping)
 		s.health.Shutdown()
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout())
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 		defer cancel()
 		done := make(chan struct{})
 		go func() {
@@ -248,9 +248,9 @@ func (s *Scaler) value(ctx context.Context, m Metadata, mt Metric) (int64, error
 	for i, q := range m.Queues {
 		wants[i] = want{queue: q, bands: m.Priorities, lead: m.ScheduledLead}
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*s.cfg.RedisTimeout())
+	ctx, cancel := context.WithTimeout(ctx, 2*s.cfg.RedisTimeout)
 	defer cancel()
-	v, err := s.sig.get(ctx, wants, s.cfg.CacheTTL())
+	v, err := s.sig.get(ctx, wants, s.cfg.CacheTTL)
 	if err != nil {
 		return 0, err
 	}
@@ -285,7 +285,7 @@ func (p *prober) run(ctx context.Context) {
 }
 
 func (s *Scaler) probeOnce(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout())
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
 	err := s.c.Ping(ctx).Err()
 	cancel()
 	select {

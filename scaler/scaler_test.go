@@ -36,8 +36,8 @@ type fixture struct {
 }
 
 func testConfig(prefix string) Config {
-	return Config{RedisURL: "redis://unused", LogFormat: "text", LogLevel: "info", KeyPrefix: prefix, RedisTimeoutMS: 2000, CacheTTLMS: 0, PushPollMS: 10,
-		PushMaxBlockMS: 2000, ShutdownTimeoutS: 5, Addr: "127.0.0.1:0", MaxQueues: 1024}
+	return Config{RedisURL: "redis://unused", LogFormat: "text", LogLevel: "info", KeyPrefix: prefix, RedisTimeout: 2 * time.Second, CacheTTL: 0, PushPoll: 10 * time.Millisecond,
+		PushMaxBlock: 2 * time.Second, ShutdownTimeout: 5 * time.Second, Addr: "127.0.0.1:0", MaxQueues: 1024}
 }
 
 // setup starts a scaler over srv (the shared server when nil) on loopback listeners
@@ -439,7 +439,7 @@ func TestClientGoingAwayLeavesNothing(t *testing.T) {
 
 func TestCoalescedReads(t *testing.T) {
 	t.Parallel()
-	f := setup(t, nil, func(c *Config) { c.CacheTTLMS = 60000 })
+	f := setup(t, nil, func(c *Config) { c.CacheTTL = time.Minute })
 	var mu sync.Mutex
 	reads := 0
 	obs := f.s.sig.observe
@@ -514,7 +514,7 @@ func TestReplicasAgree(t *testing.T) {
 func TestRedisDownThenBack(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{AOF: true})
-	f := setup(t, srv, func(c *Config) { c.RedisTimeoutMS = 500 })
+	f := setup(t, srv, func(c *Config) { c.RedisTimeout = 500 * time.Millisecond })
 	s := f.seed(t)
 	s.add("q", 1, 2)
 	r := ref("queues", "q")

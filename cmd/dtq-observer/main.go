@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sethvargo/go-envconfig"
 
+	"github.com/dtq/dtq/internal/envcfg"
 	"github.com/dtq/dtq/internal/logging"
 	"github.com/dtq/dtq/internal/redisconn"
 	"github.com/dtq/dtq/observer"
@@ -139,15 +140,12 @@ func boundByContext(c redis.UniversalClient) {
 	}
 }
 
+// helpWidth is the column the defaults of --help's environment list start after.
+const helpWidth = 24
+
 func printUsage(w io.Writer) {
 	fmt.Fprint(w, usage)
-	for _, v := range observer.EnvVars() {
-		def := v.Default
-		if def == "" {
-			def = "unset"
-		}
-		fmt.Fprintf(w, "  %-24s [%s]\n      %s\n", v.Name, def, v.Help)
-	}
+	envcfg.WriteHelp(w, observer.EnvVars(), helpWidth, "unset")
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"reflect"
 	"strings"
 	"syscall"
 	"time"
@@ -156,29 +157,22 @@ func terminationMessage(msg string) {
 
 // ownConfig is what this command reads beyond scaler.Config.
 type ownConfig struct {
-	FatalAfterS float64 `env:"DTQ_REDIS_FATAL_AFTER_S, default=10"`
-}
-
-var ownVars = []scaler.EnvVar{
-	{Name: "DTQ_REDIS_FATAL_AFTER_S", Default: "10", Help: "seconds Redis may refuse the scaler (password, ACL, DB number) before it exits 3 (0 = at once); 0..3600 seconds"},
+	FatalAfter time.Duration `env:"DTQ_REDIS_FATAL_AFTER_S, default=10" unit:"s" range:"0..3600" help:"seconds Redis may refuse the scaler (password, ACL, DB number) before it exits 3 (0 = at once)"`
 }
 
 func (c *ownConfig) load(ctx context.Context, env envconfig.Lookuper) error {
 	if err := envcfg.Load(ctx, env, c); err != nil {
 		return err
 	}
-	if !(c.FatalAfterS >= 0 && c.FatalAfterS <= 3600) {
-		return envcfg.Bad("DTQ_REDIS_FATAL_AFTER_S", fmt.Errorf("%v must be within 0..3600 seconds", c.FatalAfterS))
-	}
-	return nil
+	return envcfg.Check(c)
 }
 
-func (c ownConfig) fatalAfter() time.Duration {
-	return time.Duration(c.FatalAfterS * float64(time.Second))
-}
+func (c ownConfig) fatalAfter() time.Duration { return c.FatalAfter }
 
 // envVars lists every variable the scaler reads.
-func envVars() []scaler.EnvVar { return append(scaler.EnvVars(), ownVars...) }
+func envVars() []scaler.EnvVar {
+	return append(scaler.EnvVars(), envcfg.Vars(reflect.TypeFor[ownConfig]())...)
+}
 
 // boundByContext makes the client honour context deadlines on its sockets, so every
 // scaler call is bounded by DTQ_SCALER_REDIS_TIMEOUT_MS and not only by the read timeout.
@@ -192,15 +186,12 @@ func boundByContext(c redis.UniversalClient) {
 	}
 }
 
+// helpWidth is the column the defaults of --help's environment list start after.
+const helpWidth = 31
+
 func printScalerUsage(w io.Writer) {
 	fmt.Fprint(w, scalerUsage)
-	for _, v := range envVars() {
-		def := v.Default
-		if def == "" {
-			def = "unset"
-		}
-		fmt.Fprintf(w, "  %-31s [%s]\n      %s\n", v.Name, def, v.Help)
-	}
+	envcfg.WriteHelp(w, envVars(), helpWidth, "unset")
 }
 
 func scalerOneLine(s string) string {

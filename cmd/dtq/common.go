@@ -4,11 +4,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dtq/dtq/internal/envcfg"
 	"github.com/dtq/dtq/internal/logging"
 	"github.com/dtq/dtq/internal/redisconn"
 	"github.com/dtq/dtq/runtime"
@@ -29,6 +31,9 @@ func envDefault(name, def string) string {
 	return def
 }
 
+// helpWidth is the column the defaults of --help's environment list start after.
+const helpWidth = 28
+
 // newFlags makes a flag set whose --help lists its flags and the environment it reads.
 func newFlags(name, usage string, env []runtime.EnvVar) *flag.FlagSet {
 	fs := flag.NewFlagSet("dtq "+name, flag.ContinueOnError)
@@ -43,9 +48,7 @@ func newFlags(name, usage string, env []runtime.EnvVar) *flag.FlagSet {
 		}
 		if len(env) > 0 {
 			fmt.Fprintln(out, "\nenvironment (default in brackets):")
-			for _, v := range env {
-				fmt.Fprintf(out, "  %-28s [%s]\n      %s\n", v.Name, v.Default, v.Help)
-			}
+			envcfg.WriteHelp(out, env, helpWidth, "")
 		}
 	}
 	return fs
@@ -68,22 +71,38 @@ func parse(fs *flag.FlagSet, args []string) (int, bool) {
 	return 0, true
 }
 
-// clientEnv is what the producer and inspection commands read.
-var clientEnv = []runtime.EnvVar{
-	{Name: "DTQ_REDIS_URL", Default: "redis://127.0.0.1:6379/0", Help: "Redis: redis://, rediss://, redis+cluster://, redis+sentinel://"},
-	{Name: "DTQ_REDIS_CA_FILE", Default: "", Help: "PEM CA bundle trusted for rediss://"},
-	{Name: "DTQ_KEY_PREFIX", Default: "dtq", Help: "prefix of every Redis key"},
-	{Name: "DTQ_MAX_PAYLOAD_BYTES", Default: "1048576", Help: "largest payload enqueue sends"},
-	{Name: "DTQ_LOG_FORMAT", Default: "auto", Help: "format of go-redis's log lines: auto (text on a terminal), json, text"},
-	{Name: "DTQ_LOG_LEVEL", Default: "error", Help: "least level logged: debug, info, warn (go-redis's dial retries), error"},
+// clientConfig is what the producer and inspection commands read. They read it
+// variable by variable (clientVar), with flags over some; its tags give their --help
+// list and the defaults.
+type clientConfig struct {
+	RedisURL        string `env:"DTQ_REDIS_URL, default=redis://127.0.0.1:6379/0" help:"Redis: redis://, rediss://, redis+cluster://, redis+sentinel://"`
+	RedisCAFile     string `env:"DTQ_REDIS_CA_FILE" help:"PEM CA bundle trusted for rediss://"`
+	KeyPrefix       string `env:"DTQ_KEY_PREFIX, default=dtq" help:"prefix of every Redis key"`
+	MaxPayloadBytes int    `env:"DTQ_MAX_PAYLOAD_BYTES, default=1048576" help:"largest payload enqueue sends"`
+	LogFormat       string `env:"DTQ_LOG_FORMAT, default=auto" help:"format of go-redis's log lines: auto (text on a terminal), json, text"`
+	LogLevel        string `env:"DTQ_LOG_LEVEL, default=error" help:"least level logged: debug, info, warn (go-redis's dial retries), error"`
+}
+
+// clientEnv is the --help list of the producer and inspection commands.
+func clientEnv() []runtime.EnvVar { return envcfg.Vars(reflect.TypeFor[clientConfig]()) }
+
+// clientVar returns the environment's value of name, one of clientConfig's variables,
+// or its default when unset or empty.
+func clientVar(name string) string {
+	for _, v := range clientEnv() {
+		if v.Name == name {
+			return envDefault(name, v.Default)
+		}
+	}
+	panic("dtq: " + name + " is not a variable of the client commands")
 }
 
 // cliLogs routes go-redis's own log lines through slog for the commands other than
 // the worker (which does it with its own configuration): DTQ_LOG_FORMAT and
 // DTQ_LOG_LEVEL, at error by default, since a command's failure is its error line.
 func cliLogs(cmd string) bool {
-	format := envDefault("DTQ_LOG_FORMAT", "auto")
-	level := envDefault("DTQ_LOG_LEVEL", "error")
+	format := clientVar("DTQ_LOG_FORMAT")
+	level := clientVar("DTQ_LOG_LEVEL")
 	switch format {
 	case "auto", "json", "text":
 	default:
@@ -126,7 +145,7 @@ func addRedisFlags(fs *flag.FlagSet) *redisFlags {
 	r := &redisFlags{}
 	// The default is resolved at open, not shown: DTQ_REDIS_URL may hold a password.
 	fs.StringVar(&r.url, "redis", "", "Redis URL (default: $DTQ_REDIS_URL, else redis://127.0.0.1:6379/0)")
-	fs.StringVar(&r.prefix, "prefix", envDefault("DTQ_KEY_PREFIX", "dtq"), "key prefix (default from DTQ_KEY_PREFIX)")
+	fs.StringVar(&r.prefix, "prefix", clientVar("DTQ_KEY_PREFIX"), "key prefix (default from DTQ_KEY_PREFIX)")
 	r.ca = os.Getenv("DTQ_REDIS_CA_FILE")
 	return r
 }
@@ -134,7 +153,7 @@ func addRedisFlags(fs *flag.FlagSet) *redisFlags {
 func (r *redisFlags) open() (redis.UniversalClient, error) {
 	r.fromFlag = r.url != ""
 	if r.url == "" {
-		r.url = envDefault("DTQ_REDIS_URL", "redis://127.0.0.1:6379/0")
+		r.url = clientVar("DTQ_REDIS_URL")
 	}
 	return redisconn.Open(r.url, redisconn.Options{CAFile: r.ca, Name: "dtq-cli",
 		DialAttempts: cliDialAttempts, HandshakeTimeout: cliHandshakeTimeout})

@@ -23,7 +23,7 @@ import (
 // priorities (no-ops, echoes, sleeps, planned failures, a delayed task), a SIGKILL of
 // the worker running the longest task, that task finished by a peer, and a summary.
 func runDemo(args []string) int {
-	fs := newFlags("demo", "demo [flags]   (starts its own redis-server unless DTQ_REDIS_URL is set)", clientEnv)
+	fs := newFlags("demo", "demo [flags]   (starts its own redis-server unless DTQ_REDIS_URL is set)", clientEnv())
 	tasks := fs.Int("tasks", 300, "tasks in the burst")
 	workers := fs.Int("workers", 3, "worker processes")
 	prefix := fs.String("prefix", "dtqdemo", "key prefix (the demo deletes its keys when done)")

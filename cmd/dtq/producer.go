@@ -86,7 +86,7 @@ func printJSON(v any) error {
 }
 
 func runEnqueue(args []string) int {
-	fs := newFlags("enqueue", "enqueue --queue Q --function F [flags]   (prints the task id)", clientEnv)
+	fs := newFlags("enqueue", "enqueue --queue Q --function F [flags]   (prints the task id)", clientEnv())
 	r := addRedisFlags(fs)
 	queue := fs.String("queue", "default", "queue name")
 	fn := fs.String("function", "", "function to run (required)")
@@ -166,7 +166,7 @@ func runEnqueue(args []string) int {
 }
 
 func runInspect(args []string) int {
-	fs := newFlags("inspect", "inspect task --queue Q ID | inspect queue Q | inspect queues", clientEnv)
+	fs := newFlags("inspect", "inspect task --queue Q ID | inspect queue Q | inspect queues", clientEnv())
 	if len(args) == 0 || (args[0] != "task" && args[0] != "queue" && args[0] != "queues") {
 		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
 			fs.SetOutput(os.Stdout)
@@ -178,7 +178,7 @@ func runInspect(args []string) int {
 		return exitUsage
 	}
 	what := args[0]
-	fs = newFlags("inspect "+what, map[string]string{"task": "inspect task --queue Q ID", "queue": "inspect queue Q", "queues": "inspect queues"}[what], clientEnv)
+	fs = newFlags("inspect "+what, map[string]string{"task": "inspect task --queue Q ID", "queue": "inspect queue Q", "queues": "inspect queues"}[what], clientEnv())
 	r := addRedisFlags(fs)
 	queue := fs.String("queue", "default", "queue of the task")
 	if code, ok := parse(fs, args[1:]); !ok {
@@ -235,7 +235,7 @@ func runInspect(args []string) int {
 }
 
 func runCancel(args []string) int {
-	fs := newFlags("cancel", "cancel --queue Q ID...", clientEnv)
+	fs := newFlags("cancel", "cancel --queue Q ID...", clientEnv())
 	r := addRedisFlags(fs)
 	queue := fs.String("queue", "default", "queue of the tasks")
 	if code, ok := parse(fs, args); !ok {
@@ -267,7 +267,7 @@ func queueArg(cmd string, fs *flag.FlagSet) (string, bool) {
 }
 
 func runPause(args []string) int {
-	fs := newFlags("pause", "pause Q", clientEnv)
+	fs := newFlags("pause", "pause Q", clientEnv())
 	r := addRedisFlags(fs)
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -280,7 +280,7 @@ func runPause(args []string) int {
 }
 
 func runResume(args []string) int {
-	fs := newFlags("resume", "resume Q", clientEnv)
+	fs := newFlags("resume", "resume Q", clientEnv())
 	r := addRedisFlags(fs)
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -294,7 +294,7 @@ func runResume(args []string) int {
 
 func runDead(args []string) int {
 	if len(args) == 0 || (args[0] != "list" && args[0] != "requeue") {
-		fs := newFlags("dead", "dead list --queue Q [--limit N] | dead requeue --queue Q ID...", clientEnv)
+		fs := newFlags("dead", "dead list --queue Q [--limit N] | dead requeue --queue Q ID...", clientEnv())
 		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
 			fs.SetOutput(os.Stdout)
 			fs.Usage()
@@ -305,7 +305,7 @@ func runDead(args []string) int {
 		return exitUsage
 	}
 	what := args[0]
-	fs := newFlags("dead "+what, map[string]string{"list": "dead list --queue Q [--limit N]", "requeue": "dead requeue --queue Q ID..."}[what], clientEnv)
+	fs := newFlags("dead "+what, map[string]string{"list": "dead list --queue Q [--limit N]", "requeue": "dead requeue --queue Q ID..."}[what], clientEnv())
 	r := addRedisFlags(fs)
 	queue := fs.String("queue", "default", "queue")
 	limit := fs.Int("limit", 100, "most tasks to list")
@@ -342,7 +342,7 @@ func runDead(args []string) int {
 }
 
 func runWorkers(args []string) int {
-	fs := newFlags("workers", "workers   (JSON, liveness computed from heartbeat age)", clientEnv)
+	fs := newFlags("workers", "workers   (JSON, liveness computed from heartbeat age)", clientEnv())
 	r := addRedisFlags(fs)
 	if code, ok := parse(fs, args); !ok {
 		return code

@@ -84,8 +84,8 @@ func TestCloudRunWorkerPool(t *testing.T) {
 		t.Errorf("%s: args %q, want [worker]", what, c.Args)
 	}
 	cfg := workerConfig(t, what, runEnv(t, what, c))
-	if cfg.DrainTimeout()+cloudRunDrainMargin > cloudRunGrace {
-		t.Errorf("%s: DTQ_DRAIN_TIMEOUT_S %v + %v exceeds Cloud Run's fixed %v SIGTERM grace", what, cfg.DrainTimeout(), cloudRunDrainMargin, cloudRunGrace)
+	if cfg.DrainTimeout+cloudRunDrainMargin > cloudRunGrace {
+		t.Errorf("%s: DTQ_DRAIN_TIMEOUT_S %v + %v exceeds Cloud Run's fixed %v SIGTERM grace", what, cfg.DrainTimeout, cloudRunDrainMargin, cloudRunGrace)
 	}
 	if wp.Metadata.Annotations["run.googleapis.com/scalingMode"] != "manual" {
 		t.Errorf("%s: scalingMode is not manual, so CREMA cannot set the instance count", what)

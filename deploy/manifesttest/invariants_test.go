@@ -31,8 +31,6 @@ const (
 	scalerDir      = "scaler"
 )
 
-func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-
 // workers returns the worker pod templates of a build: Deployments and Knative Services
 // labelled component=worker, and the job templates of ScaledJobs.
 func workers(objs []object) []podRef {
@@ -105,8 +103,8 @@ func TestWorkerPods(t *testing.T) {
 				t.Errorf("%s: no terminationGracePeriodSeconds (the default 30 s is not derived from the drain timeout)", p.what)
 				continue
 			}
-			if grace := time.Duration(*g) * time.Second; grace < cfg.DrainTimeout()+k8sDrainMargin {
-				t.Errorf("%s: terminationGracePeriodSeconds %v < DTQ_DRAIN_TIMEOUT_S %v + %v", p.what, grace, cfg.DrainTimeout(), k8sDrainMargin)
+			if grace := time.Duration(*g) * time.Second; grace < cfg.DrainTimeout+k8sDrainMargin {
+				t.Errorf("%s: terminationGracePeriodSeconds %v < DTQ_DRAIN_TIMEOUT_S %v + %v", p.what, grace, cfg.DrainTimeout, k8sDrainMargin)
 			}
 		}
 	}
@@ -141,8 +139,8 @@ func TestScalerPod(t *testing.T) {
 		if grpcPort == port {
 			t.Errorf("%s: gRPC and HTTP on the same port %d", p.what, port)
 		}
-		if g := p.spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= cfg.ShutdownTimeout() {
-			t.Errorf("%s: terminationGracePeriodSeconds %v not above DTQ_SCALER_SHUTDOWN_TIMEOUT_S %v", p.what, g, cfg.ShutdownTimeout())
+		if g := p.spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= cfg.ShutdownTimeout {
+			t.Errorf("%s: terminationGracePeriodSeconds %v not above DTQ_SCALER_SHUTDOWN_TIMEOUT_S %v", p.what, g, cfg.ShutdownTimeout)
 		}
 	}
 }

@@ -69,8 +69,8 @@ func TestKnativeService(t *testing.T) {
 		if ts == nil {
 			t.Fatalf("%v: no timeoutSeconds", o)
 		}
-		if grace, need := time.Duration(*ts)*time.Second, network.DefaultDrainTimeout+cfg.DrainTimeout()+k8sDrainMargin; grace < need {
-			t.Errorf("%v: timeoutSeconds %v < queue-proxy drain %v + DTQ_DRAIN_TIMEOUT_S %v + %v", o, grace, network.DefaultDrainTimeout, cfg.DrainTimeout(), k8sDrainMargin)
+		if grace, need := time.Duration(*ts)*time.Second, network.DefaultDrainTimeout+cfg.DrainTimeout+k8sDrainMargin; grace < need {
+			t.Errorf("%v: timeoutSeconds %v < queue-proxy drain %v + DTQ_DRAIN_TIMEOUT_S %v + %v", o, grace, network.DefaultDrainTimeout, cfg.DrainTimeout, k8sDrainMargin)
 		}
 		// The BYO ScaledObject: the revision's Deployment and an HPA named after it.
 		rev := svc.Spec.Template.Name

@@ -137,8 +137,8 @@ func workerConfig(t *testing.T, what string, env map[string]string) runtime.Conf
 	if err != nil {
 		t.Fatalf("%s: the worker would refuse to start: %v", what, err)
 	}
-	if cfg.HeartbeatIntervalS >= cfg.VisibilityTimeoutS {
-		t.Errorf("%s: heartbeat %vs is not below the visibility timeout %vs", what, cfg.HeartbeatIntervalS, cfg.VisibilityTimeoutS)
+	if cfg.HeartbeatInterval >= cfg.VisibilityTimeout {
+		t.Errorf("%s: heartbeat %v is not below the visibility timeout %v", what, cfg.HeartbeatInterval, cfg.VisibilityTimeout)
 	}
 	return cfg
 }

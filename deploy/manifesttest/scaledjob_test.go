@@ -121,7 +121,7 @@ func TestScaledJobs(t *testing.T) {
 		if cfg.MaxTasks <= 0 {
 			t.Errorf("%v: DTQ_WORKER_MAX_TASKS unset: a Job's worker would keep taking tasks until activeDeadlineSeconds cuts one short", o)
 		}
-		if cfg.IdleExitS <= 0 {
+		if cfg.IdleExit <= 0 {
 			t.Errorf("%v: DTQ_WORKER_IDLE_EXIT_S unset: a Job that finds no task would never end", o)
 		}
 		if cfg.MaxTasks > 0 && int64(cfg.Concurrency) > cfg.MaxTasks {
@@ -129,24 +129,24 @@ func TestScaledJobs(t *testing.T) {
 		}
 		// A Job started for a due retry or delayed task must outlive the scheduler lock
 		// an exited worker may still hold, or it leaves before it moves the task.
-		if lock := time.Duration(cfg.SchedulerLockTTLMS)*time.Millisecond + seconds(cfg.SchedulerIntervalS); cfg.IdleExitS > 0 && seconds(cfg.IdleExitS) <= lock {
-			t.Errorf("%v: DTQ_WORKER_IDLE_EXIT_S %vs <= the scheduler lock TTL plus a pass (%v)", o, cfg.IdleExitS, lock)
+		if lock := cfg.SchedulerLockTTL + cfg.SchedulerInterval; cfg.IdleExit > 0 && cfg.IdleExit <= lock {
+			t.Errorf("%v: DTQ_WORKER_IDLE_EXIT_S %v <= the scheduler lock TTL plus a pass (%v)", o, cfg.IdleExit, lock)
 		}
-		if cfg.DefaultTimeoutS <= 0 {
+		if cfg.DefaultTimeout <= 0 {
 			t.Errorf("%v: DTQ_DEFAULT_TIMEOUT_S 0: a task without its own timeout would run until activeDeadlineSeconds", o)
 		}
 		// A worker that reached DTQ_WORKER_MAX_TASKS drains under DTQ_DRAIN_TIMEOUT_S, and
 		// with its last task just started, that deadline must outlast the task's time
 		// limit or the worker cancels the task itself (TestScaledJobWorkerFinishesItsTask
 		// shows it on a running worker).
-		if cfg.MaxTasks > 0 && cfg.DefaultTimeoutS > 0 && cfg.DrainTimeout() < seconds(cfg.DefaultTimeoutS)+k8sDrainMargin {
-			t.Errorf("%v: DTQ_DRAIN_TIMEOUT_S %vs < DTQ_DEFAULT_TIMEOUT_S %vs + %v: a Job's worker, draining from its last task's start, would cancel that task", o, cfg.DrainTimeoutS, cfg.DefaultTimeoutS, k8sDrainMargin)
+		if cfg.MaxTasks > 0 && cfg.DefaultTimeout > 0 && cfg.DrainTimeout < cfg.DefaultTimeout+k8sDrainMargin {
+			t.Errorf("%v: DTQ_DRAIN_TIMEOUT_S %v < DTQ_DEFAULT_TIMEOUT_S %v + %v: a Job's worker, draining from its last task's start, would cancel that task", o, cfg.DrainTimeout, cfg.DefaultTimeout, k8sDrainMargin)
 		}
 		if cfg.MaxTasks > 0 && job.ActiveDeadlineSeconds != nil {
 			rounds := (cfg.MaxTasks + int64(cfg.Concurrency) - 1) / int64(cfg.Concurrency)
-			need := time.Duration(rounds)*(seconds(cfg.IdleExitS)+seconds(cfg.DefaultTimeoutS)) + jobStartMargin
+			need := time.Duration(rounds)*(cfg.IdleExit+cfg.DefaultTimeout) + jobStartMargin
 			if got := time.Duration(*job.ActiveDeadlineSeconds) * time.Second; got < need {
-				t.Errorf("%v: activeDeadlineSeconds %v < %d × (DTQ_WORKER_IDLE_EXIT_S %vs + DTQ_DEFAULT_TIMEOUT_S %vs) + %v: the deadline would cut a task within its time limit", o, got, rounds, cfg.IdleExitS, cfg.DefaultTimeoutS, jobStartMargin)
+				t.Errorf("%v: activeDeadlineSeconds %v < %d × (DTQ_WORKER_IDLE_EXIT_S %v + DTQ_DEFAULT_TIMEOUT_S %v) + %v: the deadline would cut a task within its time limit", o, got, rounds, cfg.IdleExit, cfg.DefaultTimeout, jobStartMargin)
 			}
 		}
 	}
@@ -291,12 +291,12 @@ func task(t *testing.T, cl *client.Client, queue, id string) *client.TaskInfo {
 func TestScaledJobWorkerFinishesItsTask(t *testing.T) {
 	t.Parallel()
 	for _, j := range scaledJobs(t) {
-		if j.cfg.DefaultTimeoutS <= 0 {
+		if j.cfg.DefaultTimeout <= 0 {
 			t.Fatalf("%v: no DTQ_DEFAULT_TIMEOUT_S to scale the task to (TestScaledJobs says why it needs one)", j.o)
 		}
 		ls := startScalerFor(t, dirOf(t, j.o), nil)
 		limit := 2 * time.Second
-		scale := limit.Seconds() / j.cfg.DefaultTimeoutS
+		scale := limit.Seconds() / j.cfg.DefaultTimeout.Seconds()
 		queue := j.cfg.Queues[0]
 
 		var mu sync.Mutex
@@ -341,8 +341,8 @@ func TestScaledJobWorkerFinishesItsTask(t *testing.T) {
 		newJob(1).exited(t, fmt.Sprintf("%v: the first Job", j.o), limit+10*time.Second)
 		first, second := task(t, ls.cl, queue, ids[0]), task(t, ls.cl, queue, ids[1])
 		if first.Status != "succeeded" || first.Attempt != 1 {
-			t.Fatalf("%v: the first Job's task is %s after %d attempts, want succeeded on the first: a worker that reached DTQ_WORKER_MAX_TASKS drains under DTQ_DRAIN_TIMEOUT_S (%vs), which must cover its task",
-				j.o, first.Status, first.Attempt, j.cfg.DrainTimeoutS)
+			t.Fatalf("%v: the first Job's task is %s after %d attempts, want succeeded on the first: a worker that reached DTQ_WORKER_MAX_TASKS drains under DTQ_DRAIN_TIMEOUT_S (%v), which must cover its task",
+				j.o, first.Status, first.Attempt, j.cfg.DrainTimeout)
 		}
 		if second.Status != "queued" {
 			t.Fatalf("%v: the first Job also took the second task (%s): want one task per Job", j.o, second.Status)
@@ -353,7 +353,7 @@ func TestScaledJobWorkerFinishesItsTask(t *testing.T) {
 			t.Fatalf("%v: the second Job left its task %s", j.o, ti.Status)
 		}
 		// A Job with nothing to do ends.
-		newJob(3).exited(t, fmt.Sprintf("%v: a Job with an empty queue", j.o), seconds(j.cfg.IdleExitS*scale)+10*time.Second)
+		newJob(3).exited(t, fmt.Sprintf("%v: a Job with an empty queue", j.o), time.Duration(float64(j.cfg.IdleExit)*scale)+10*time.Second)
 		mu.Lock()
 		if attempts[ids[0]] != 1 || attempts[ids[1]] != 1 {
 			t.Errorf("%v: function runs per task %v, want one each", j.o, attempts)

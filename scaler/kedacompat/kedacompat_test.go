@@ -59,8 +59,8 @@ func start(t *testing.T, tweak func(*scaler.Config)) *env {
 	t.Helper()
 	srv := redistest.Start(t, redistest.Options{AOF: true})
 	prefix := redistest.Prefix(t)
-	cfg := scaler.Config{RedisURL: srv.URL(), KeyPrefix: prefix, Addr: "127.0.0.1:0", RedisTimeoutMS: 1000,
-		CacheTTLMS: 0, PushPollMS: 20, PushMaxBlockMS: 2000, ShutdownTimeoutS: 5, LogFormat: "text", LogLevel: "info"}
+	cfg := scaler.Config{RedisURL: srv.URL(), KeyPrefix: prefix, Addr: "127.0.0.1:0", RedisTimeout: time.Second,
+		CacheTTL: 0, PushPoll: 20 * time.Millisecond, PushMaxBlock: 2 * time.Second, ShutdownTimeout: 5 * time.Second, LogFormat: "text", LogLevel: "info"}
 	if tweak != nil {
 		tweak(&cfg)
 	}

@@ -1,0 +1,36 @@
+package runtime
+
+import (
+	"context"
+	"reflect"
+
+	"github.com/sethvargo/go-envconfig"
+
+	"github.com/dtq/dtq/internal/envcfg"
+)
+
+// The environment's side of Config: a program that builds its Config in Go (with
+// WithDefaults) needs nothing of this file.
+
+// EnvVar describes one variable for --help.
+type EnvVar = envcfg.Var
+
+// EnvVars lists every variable the worker reads, with its default; the help of a
+// numeric one ends with its accepted range. It is derived from Config's tags.
+func EnvVars() []EnvVar { return envcfg.Vars(reflect.TypeFor[Config]()) }
+
+// LoadConfig reads the configuration from l (envconfig.OsLookuper in production,
+// envconfig.MapLookuper in tests): a variable not set takes its default, a set one its
+// value (0 included: DTQ_RESULT_TTL_S=0 keeps records forever); the worker id is filled
+// in when unset; then it validates the result.
+func LoadConfig(ctx context.Context, l envconfig.Lookuper) (Config, error) {
+	var c Config
+	if err := envcfg.Load(ctx, l, &c); err != nil {
+		return c, err
+	}
+	c = c.withWorkerID()
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	return c, nil
+}
