@@ -2,7 +2,8 @@
 // per-priority Redis Streams, with the behaviour of docs/design.md (four supervised
 // loops — poller, reaper, scheduler, heartbeat — beside a completer and an events
 // publisher, observer-computed staleness, drain rules, a scheduler leader lock, three races
-// closed in Lua) and the data model of docs/design.md.
+// closed in Lua). docs/data-model.md lists every key, hash field, member format and TTL
+// it reads and writes.
 //
 // # Task states
 //
@@ -49,8 +50,8 @@
 //     DTQ_WORKER_MAX_TASKS); for each queue in order, claim.lua reads up to
 //     min(remaining, 32) new entries across bands p9 → p0 and starts them; paused queues
 //     are skipped; the claim registers the worker for hand-offs on the queues its idle
-//     read covers (waitsOn). When nothing was collected it blocks (blockread.go, see
-//     below), or ends the worker after DTQ_WORKER_IDLE_EXIT_S idle. A read that finds a
+//     read covers (waitsOn). When nothing was collected it blocks (internal/blockread:
+//     an ended context unblocks the read at once), or ends the worker after DTQ_WORKER_IDLE_EXIT_S idle. A read that finds a
 //     stream missing its group creates the groups. Its claim calls carry receipts
 //     (receipts.go). Started tasks go to a fixed pool of DTQ_WORKER_CONCURRENCY executor
 //     goroutines (exec.go): the design's semaphore, without a goroutine per task.
@@ -84,7 +85,7 @@
 //   - events (events.go): a bounded buffer flushed in pipelines; see below.
 //   - drain (drain.go): the ordered steps of SIGTERM in one function; hand-off and
 //     hand-back (handoff.go): leave.lua, touchBack, the hand-back of deliveries and
-//     inbox rows; the idle read's dedicated connection (blockread.go).
+//     inbox rows.
 //
 // # Stopping, and how long it takes
 //
