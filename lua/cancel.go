@@ -14,7 +14,7 @@ var cancelSrc string
 
 // Cancel cancels a queued or scheduled task (cancel.lua): ErrNotFound when there is no
 // such task, ErrWrongStatus when it is in another state.
-var Cancel = newScript("cancel.lua", cancelSrc, cancelKV, decodeCancel)
+var Cancel = newScript("cancel.lua", plain(cancelSrc), cancelKV, decodeCancel)
 
 // CancelArgs names the task to cancel, at NowMS; it is kept KeepMS (0: for ever).
 type CancelArgs struct {

@@ -16,13 +16,13 @@ var (
 
 // LockRenew extends a lock by TTLMS while it holds Token (lock_renew.lua); it replies
 // whether it did.
-var LockRenew = newScript("lock_renew.lua", lockRenewSrc,
+var LockRenew = newScript("lock_renew.lua", plain(lockRenewSrc),
 	func(a LockArgs) ([]string, []any, error) { return []string{a.Lock}, []any{a.Token, a.TTLMS}, nil },
 	decodeLock("lock renew"))
 
 // LockRelease deletes a lock while it holds Token (lock_release.lua); it replies
 // whether it did.
-var LockRelease = newScript("lock_release.lua", lockReleaseSrc,
+var LockRelease = newScript("lock_release.lua", plain(lockReleaseSrc),
 	func(a LockArgs) ([]string, []any, error) { return []string{a.Lock}, []any{a.Token}, nil },
 	decodeLock("lock release"))
 

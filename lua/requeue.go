@@ -15,7 +15,7 @@ var requeueSrc string
 // Requeue puts a dead task back on its stream with a fresh retry budget (requeue.lua)
 // and replies its new entry: ErrNotFound when there is no such task, ErrWrongStatus when
 // it is not dead or has nothing to run.
-var Requeue = newScript("requeue.lua", requeueSrc, requeueKV, decodeRequeue)
+var Requeue = newScript("requeue.lua", plain(requeueSrc), requeueKV, decodeRequeue)
 
 // RequeueArgs names the dead task to requeue at NowMS.
 type RequeueArgs struct {

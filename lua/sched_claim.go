@@ -15,7 +15,7 @@ var schedClaimSrc string
 // SchedClaim moves up to Limit due tasks from the schedule to the claimed set and
 // replies them, with the claims made at or before StaleMS and the next due time
 // (sched_claim.lua).
-var SchedClaim = newScript("sched_claim.lua", schedClaimSrc, schedClaimKV, decodeSchedClaim)
+var SchedClaim = newScript("sched_claim.lua", plain(schedClaimSrc), schedClaimKV, decodeSchedClaim)
 
 // SchedClaimArgs is one scheduler claim.
 type SchedClaimArgs struct {

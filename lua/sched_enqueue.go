@@ -16,7 +16,7 @@ var schedEnqueueSrc string
 // a task already queued is dropped from the claims without a second XADD). No ids: no
 // call.
 var SchedEnqueue = func() *Script[SchedEnqueueArgs, SchedEnqueueResult] {
-	s := newScript("sched_enqueue.lua", schedEnqueueSrc, schedEnqueueKV, decodeSchedEnqueue)
+	s := newScript("sched_enqueue.lua", plain(schedEnqueueSrc), schedEnqueueKV, decodeSchedEnqueue)
 	s.skip = func(a SchedEnqueueArgs) bool { return len(a.IDs) == 0 }
 	return s
 }()

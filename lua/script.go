@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,7 +20,12 @@ import (
 // it (EVALSHA, falling back to EVAL when the server's script cache lacks it); Queue
 // adds it to a pipeline (EVALSHA only: call Load first, and again on NOSCRIPT).
 type Script[A, R any] struct {
-	name   string
+	name string
+	src  source
+	// script is built from src on first use, not at start-up: joining the prelude and
+	// hashing every script would cost each process's start about half a millisecond
+	// before it could claim anything.
+	once   sync.Once
 	script *redis.Script
 	// kv builds the keys and arguments of a call, or refuses a.
 	kv func(a A) ([]string, []any, error)
@@ -30,16 +36,37 @@ type Script[A, R any] struct {
 	skip func(a A) bool
 }
 
-func newScript[A, R any](name, src string, kv func(A) ([]string, []any, error), decode func(A, *redis.Cmd) (R, error)) *Script[A, R] {
-	s := &Script[A, R]{name: name, script: redis.NewScript(src), kv: kv, decode: decode}
+func newScript[A, R any](name string, src source, kv func(A) ([]string, []any, error), decode func(A, *redis.Cmd) (R, error)) *Script[A, R] {
+	s := &Script[A, R]{name: name, src: src, kv: kv, decode: decode}
 	if name != trimDeadName {
-		all = append(all, s.script)
+		all = append(all, s.redis)
 	}
 	return s
 }
 
+// source is a script's body and whether the prelude is joined to it.
+type source struct {
+	body    string
+	prelude bool
+}
+
+// plain is a script that calls nothing of the prelude.
+func plain(body string) source { return source{body: body} }
+
+// redis is the go-redis script, built on first use.
+func (s *Script[A, R]) redis() *redis.Script {
+	s.once.Do(func() {
+		src := s.src.body
+		if s.src.prelude {
+			src = joinPrelude(src)
+		}
+		s.script = redis.NewScript(src)
+	})
+	return s.script
+}
+
 // all lists the scripts Load loads.
-var all []*redis.Script
+var all []func() *redis.Script
 
 // Name is the script's file name.
 func (s *Script[A, R]) Name() string { return s.name }
@@ -55,7 +82,7 @@ func (s *Script[A, R]) Run(ctx context.Context, c redis.Scripter, a A) (R, error
 		var zero R
 		return zero, err
 	}
-	return s.decode(a, s.script.Run(ctx, c, ks, args...))
+	return s.decode(a, s.redis().Run(ctx, c, ks, args...))
 }
 
 // Queue adds a call of the script with a to p, by EVALSHA; its Pending's Result decodes
@@ -68,7 +95,7 @@ func (s *Script[A, R]) Queue(ctx context.Context, p redis.Pipeliner, a A) *Pendi
 	if err != nil {
 		return &Pending[R]{err: err}
 	}
-	cmd := s.script.EvalSha(ctx, p, ks, args...)
+	cmd := s.redis().EvalSha(ctx, p, ks, args...)
 	return &Pending[R]{cmd: cmd, decode: func(cmd *redis.Cmd) (R, error) { return s.decode(a, cmd) }}
 }
 
@@ -108,7 +135,7 @@ func (p *Pending[R]) Result() (R, error) {
 // pipelines do not.
 func Load(ctx context.Context, c redis.Scripter) error {
 	for _, s := range all {
-		if err := s.Load(ctx, c).Err(); err != nil {
+		if err := s().Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("lua: load script: %w", err)
 		}
 	}
@@ -124,7 +151,10 @@ func IsNoScript(err error) bool {
 // (prelude.lua) that it calls: Redis sees one script. Every call of a script runs its
 // definitions anew, so a script gets only those it uses. The body's header (KEYS, ARGV,
 // reply) stays at the top of its own file.
-func withPrelude(body string) string {
+func withPrelude(body string) source { return source{body: body, prelude: true} }
+
+// joinPrelude is the source Redis sees of a script that calls the prelude.
+func joinPrelude(body string) string {
 	var b strings.Builder
 	for _, block := range strings.Split(prelude, "\n\n") {
 		_, rest, ok := strings.Cut("\n"+block, "\nlocal function ")

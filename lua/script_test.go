@@ -27,7 +27,7 @@ func TestWithPreludeJoinsWhatTheScriptCalls(t *testing.T) {
 	used := map[string]bool{}
 	for name, body := range map[string]string{"claim.lua": claimSrc, "complete.lua": completeSrc,
 		"enqueue.lua": enqueueSrc, "touch.lua": touchSrc, "leave.lua": leaveSrc, "rescue.lua": rescueSrc} {
-		full := withPrelude(body)
+		full := joinPrelude(body)
 		if !strings.HasSuffix(full, body) {
 			t.Errorf("%s: the body is not the end of the script", name)
 		}

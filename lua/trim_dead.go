@@ -21,12 +21,12 @@ const trimDeadName = "trim_dead.lua"
 //
 // It is not among the scripts Load loads: its flags line needs Redis 7, and a server
 // before it refusing the trim must not refuse the rest (LoadTrimDead loads it).
-var TrimDead = newScript(trimDeadName, trimDeadSrc, trimDeadKV, decodeTrimDead)
+var TrimDead = newScript(trimDeadName, plain(trimDeadSrc), trimDeadKV, decodeTrimDead)
 
 // LoadTrimDead loads trim_dead.lua into the script cache of c, for pipelined TrimDead
 // calls. It fails on a Redis before 7.0, which does not know script flags.
 func LoadTrimDead(ctx context.Context, c redis.Scripter) error {
-	if err := TrimDead.script.Load(ctx, c).Err(); err != nil {
+	if err := TrimDead.redis().Load(ctx, c).Err(); err != nil {
 		return fmt.Errorf("lua: load trim_dead.lua: %w", err)
 	}
 	return nil
