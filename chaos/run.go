@@ -20,6 +20,7 @@ import (
 
 	"github.com/dtq/dtq/client"
 	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/internal/service"
 )
 
 // Options size a chaos run. The zero value is a CI-sized run; every field has a default.
@@ -654,16 +655,8 @@ func (h *harness) addFault(f Fault) {
 	h.mu.Unlock()
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+// sleepCtx waits d or until ctx ends; it reports whether the full wait elapsed.
+func sleepCtx(ctx context.Context, d time.Duration) bool { return service.Sleep(ctx, d) }
 
 // waitFor polls cond every 20 ms until it holds, ctx ends or d passes.
 func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {

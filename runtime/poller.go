@@ -22,7 +22,7 @@ const batchMax = 32
 
 // poller is the poll loop as a service: while capacity is left, read up to
 // min(remaining, 32) new entries from each queue in order, bands p9 → p0, skipping
-// paused queues; when nothing was collected, block on all bands at once (blockread.go)
+// paused queues; when nothing was collected, block on all bands at once (internal/blockread)
 // and claim what the read delivered. It ends the worker by itself when
 // DTQ_WORKER_MAX_TASKS tasks have started or nothing ran for DTQ_WORKER_IDLE_EXIT_S.
 type poller struct {
@@ -130,7 +130,7 @@ func (p *poller) runOnce(ctx context.Context) (int64, error) {
 
 // fetch reads new entries without blocking, queue by queue, and starts their tasks.
 func (p *poller) fetch(ctx context.Context, capacity int64) (int64, error) {
-	w, calls, paused := p.w, p.calls, p.paused
+	w, calls := p.w, p.calls
 	var got int64
 	for i, q := range w.queues {
 		want := min(capacity-got, batchMax)
@@ -155,24 +155,40 @@ func (p *poller) fetch(ctx context.Context, capacity int64) (int64, error) {
 			if ctx.Err() != nil {
 				return got, nil
 			}
-			w.metrics.redisErrors.WithLabelValues("claim").Inc()
-			if !lua.IsKeyError(err) {
+			if err := p.claimFailed(ctx, q, err); err != nil {
 				return got, err
 			}
-			// this queue's keys are refused (the script wrote no receipt): skip it for a
-			// while and serve the others
-			calls.answered(q.Name)
-			p.faults.fail(q.Name, lua.Diagnose(ctx, w.rdb, q, w.id, "claim", err))
 			continue
 		}
-		calls.answered(q.Name)
-		p.faults.ok(q.Name)
-		p.brokenBands(q, res.Broken)
-		paused[i] = res.Paused
-		w.handleClaim(q, res)
-		got += int64(len(res.Started))
+		got += p.claimed(i, q, res)
 	}
 	return got, nil
+}
+
+// claimed takes in the reply of a claim on queue i, q: the call got its reply, the
+// queue is served again, its broken bands and its pause are noted, and what the claim
+// started runs. It returns how many tasks started.
+func (p *poller) claimed(i int, q keys.Queue, res lua.ClaimResult) int64 {
+	p.calls.answered(q.Name)
+	p.faults.ok(q.Name)
+	p.brokenBands(q, res.Broken)
+	p.paused[i] = res.Paused
+	p.w.handleClaim(q, res)
+	return int64(len(res.Started))
+}
+
+// claimFailed takes in a claim on q that failed: an error of the server or the network
+// is returned (the loop restarts); a refusal of this queue's keys (the script wrote no
+// receipt) puts the queue in backoff, so the loop serves the others.
+func (p *poller) claimFailed(ctx context.Context, q keys.Queue, err error) error {
+	w := p.w
+	w.metrics.redisErrors.WithLabelValues("claim").Inc()
+	if !lua.IsKeyError(err) {
+		return err
+	}
+	p.calls.answered(q.Name)
+	p.faults.fail(q.Name, lua.Diagnose(ctx, w.rdb, q, w.id, "claim", err))
+	return nil
 }
 
 // brokenBands puts the bands a claim found of another type than a stream in backoff,
@@ -312,20 +328,12 @@ func (p *poller) block(ctx context.Context, capacity int64) error {
 		w.sawRedis(err)
 		if err != nil {
 			// the entries stay pending; the reaper takes them after the visibility timeout
-			w.metrics.redisErrors.WithLabelValues("claim").Inc()
-			if !lua.IsKeyError(err) {
+			if err := p.claimFailed(ctx, q, err); err != nil {
 				return err
 			}
-			calls.answered(q.Name)
-			p.faults.fail(q.Name, lua.Diagnose(ctx, w.rdb, q, w.id, "claim", err))
 			continue
 		}
-		calls.answered(q.Name)
-		p.faults.ok(q.Name)
-		p.brokenBands(q, res.Broken)
-		paused[i] = res.Paused
-		w.handleClaim(q, res)
-		capacity -= int64(len(res.Started))
+		capacity -= p.claimed(i, q, res)
 	}
 	return nil
 }
