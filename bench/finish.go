@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dtq/dtq/client"
 	"github.com/dtq/dtq/internal/keys"
 )
 
@@ -102,10 +103,10 @@ func (f *finishWatch) wait(limit time.Duration) (time.Time, error) {
 			if err != nil {
 				return time.Time{}, err
 			}
-			switch st {
-			case "succeeded":
+			switch client.Status(st) {
+			case client.StatusSucceeded:
 				succeeded, grace = at, time.After(time.Second)
-			case "dead", "retrying":
+			case client.StatusDead, client.StatusRetrying:
 				return at, nil
 			}
 		case <-grace:

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dtq/dtq/client"
 )
 
 // Fault kinds.
@@ -69,7 +71,7 @@ func (s Spec) plannedDead() bool { return s.Function == "fail" && s.Times > s.Ma
 
 // Final is a task record as read from Redis after the run.
 type Final struct {
-	Status   string
+	Status   client.Status
 	Attempt  int64
 	Failures int64
 	Result   string
@@ -155,11 +157,11 @@ func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Faul
 		case fin.Missing:
 			f.Lost++
 			f.problem("lost: %s/%s has no task record", s.Queue, s.ID)
-		case fin.Status == "succeeded":
+		case fin.Status == client.StatusSucceeded:
 			f.Succeeded++
-		case fin.Status == "dead":
+		case fin.Status == client.StatusDead:
 			f.Dead++
-		case fin.Status == "cancelled":
+		case fin.Status == client.StatusCancelled:
 		default:
 			f.Lost++
 			why := ""
@@ -195,7 +197,7 @@ func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Faul
 			}
 			next = max(next, e.Attempt+1)
 		}
-		if fin.Attempt >= next && fin.Status != "cancelled" {
+		if fin.Attempt >= next && fin.Status != client.StatusCancelled {
 			f.SkippedAttempts += int(fin.Attempt - next + 1)
 		}
 		// invariant 4: re-execution only after a death (or a freeze) of the worker
@@ -239,7 +241,7 @@ func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Faul
 			}
 		}
 		// invariant 3: the recorded outcome is the current attempt's own
-		if fin.Status == "succeeded" {
+		if fin.Status == client.StatusSucceeded {
 			var own *Exec
 			for _, e := range list {
 				if e.Attempt == fin.Attempt && e.Outcome == OutcomeOK {
@@ -251,7 +253,7 @@ func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Faul
 				f.problem("wrong outcome: %s/%s succeeded at attempt %d with result %q; ledger has no matching successful execution", s.Queue, s.ID, fin.Attempt, fin.Result)
 			}
 		}
-		if fin.Status == "dead" {
+		if fin.Status == client.StatusDead {
 			switch {
 			case s.plannedDead():
 				f.DeadPlanned++
@@ -262,7 +264,7 @@ func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Faul
 				f.problem("unexpected dead: %s/%s (%s) at attempt %d: %s", s.Queue, s.ID, s.Function, fin.Attempt, fin.Error)
 			}
 		}
-		if fin.Status == "succeeded" && s.plannedDead() {
+		if fin.Status == client.StatusSucceeded && s.plannedDead() {
 			f.UnexpectedAlive++
 			f.problem("unexpected success: %s/%s planned %d failures with %d retries", s.Queue, s.ID, s.Times, s.MaxRetries)
 		}
@@ -417,7 +419,7 @@ func (f *Findings) checkBroken(execs []*Exec, faults []Fault) {
 // lostToBrokenSchedule reports whether a task left retrying was last failed by an
 // execution that finished while its queue's schedule zset was broken.
 func lostToBrokenSchedule(s Spec, fin Final, list []*Exec, faults []Fault) bool {
-	if fin.Status != "retrying" || len(list) == 0 {
+	if fin.Status != client.StatusRetrying || len(list) == 0 {
 		return false
 	}
 	last := list[0]

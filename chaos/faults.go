@@ -410,7 +410,7 @@ func (h *harness) finish(ctx context.Context, ledgerDir string) (Report, error) 
 		v := cmds[i].Val()
 		str := func(j int) string { x, _ := v[j].(string); return x }
 		num := func(j int) int64 { n, _ := strconv.ParseInt(str(j), 10, 64); return n }
-		finals[s.Queue+"\x00"+s.ID] = Final{Status: str(0), Attempt: num(1), Failures: num(2), Result: str(3), Error: str(4), Missing: v[0] == nil}
+		finals[s.Queue+"\x00"+s.ID] = Final{Status: client.Status(str(0)), Attempt: num(1), Failures: num(2), Result: str(3), Error: str(4), Missing: v[0] == nil}
 	}
 	execs, torn, err := ReadLedgers(ledgerDir)
 	if err != nil {

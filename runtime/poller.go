@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dtq/dtq/client"
 	"github.com/dtq/dtq/internal/blockread"
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/service"
@@ -421,7 +422,7 @@ func (w *Worker) handleClaim(q keys.Queue, res lua.ClaimResult) {
 		w.start(q, res.Started)
 	}
 	for _, a := range res.Absorbed {
-		if a.Status == "dead" {
+		if client.Status(a.Status) == client.StatusDead {
 			w.metrics.count("(claim)", OutcomeDead)
 			w.log.Warn("claim: task killed at claim", "queue", q.Name, "task", a.ID)
 			w.publish(Event{Type: EventTaskDead, Queue: q.Name, TaskID: a.ID, Detail: "payload over the limit"})
