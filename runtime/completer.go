@@ -67,25 +67,10 @@ func (c *completer) record(e *execution) {
 	c.ch <- e
 }
 
-func (c *completer) loop(ch chan *execution) {
-	batch := make([]*execution, 0, 256)
-	for e := range ch {
-		batch = append(batch[:0], e)
-	more:
-		for len(batch) < cap(batch) {
-			select {
-			case e, ok := <-ch:
-				if !ok {
-					break more
-				}
-				batch = append(batch, e)
-			default:
-				break more
-			}
-		}
-		c.w.completeBatch(batch)
-	}
-}
+// completeBatchMax is the most outcomes one pass of the completer takes.
+const completeBatchMax = 256
+
+func (c *completer) loop(ch chan *execution) { inBatches(ch, completeBatchMax, c.w.completeBatch) }
 
 func (w *Worker) completeBatch(batch []*execution) {
 	byQueue := map[string][]*execution{}

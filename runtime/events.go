@@ -142,25 +142,7 @@ func (e *events) publish(ev Event) {
 	}
 }
 
-func (e *events) loop(ch chan *Event) {
-	batch := make([]*Event, 0, eventsBatch)
-	for ev := range ch {
-		batch = append(batch[:0], ev)
-	more:
-		for len(batch) < cap(batch) {
-			select {
-			case ev, ok := <-ch:
-				if !ok {
-					break more
-				}
-				batch = append(batch, ev)
-			default:
-				break more
-			}
-		}
-		e.flush(batch)
-	}
-}
+func (e *events) loop(ch chan *Event) { inBatches(ch, eventsBatch, e.flush) }
 
 func (e *events) flush(batch []*Event) {
 	ctx, cancel := context.WithTimeout(context.Background(), eventsFlushTimeout)

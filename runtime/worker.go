@@ -89,10 +89,9 @@ type Worker struct {
 	completer *completer
 	events    *events
 
-	stop    stopper // why and how Run drains: Stop, StopAndCancel, stopSelf
-	runOnce sync.Once
-	ran     atomic.Bool
-	done    chan struct{} // closed when Run returned
+	stop stopper       // why and how Run drains: Stop, StopAndCancel, stopSelf
+	ran  atomic.Bool   // Run was called (a second call is refused)
+	done chan struct{} // closed when Run returned
 }
 
 // stopper holds the requests to stop: quit begins the drain, hard (StopAndCancel)
@@ -206,12 +205,9 @@ var errRunTwice = errors.New("runtime: Run called twice")
 // wrapping ErrRedisRefused when Redis refused the worker for good (it then drains as
 // on SIGTERM).
 func (w *Worker) Run(ctx context.Context) error {
-	first := false
-	w.runOnce.Do(func() { first = true })
-	if !first {
+	if !w.ran.CompareAndSwap(false, true) {
 		return errRunTwice
 	}
-	w.ran.Store(true)
 	defer close(w.done)
 	w.startedAt = w.now()
 	w.hold.active.Store(w.startedAt.UnixNano())
