@@ -233,7 +233,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ts []Task) ([]Result, error) {
 					out[i].Err = err
 					continue
 				}
-				out[i] = Result{ID: rs[j].ID, Created: rs[j].Created, HolderStatus: Status(rs[j].HolderStatus), Err: rs[j].Err}
+				out[i] = Result{ID: rs[j].ID, Created: rs[j].Created, HolderStatus: rs[j].HolderStatus, Err: rs[j].Err}
 			}
 		}
 		bs = again

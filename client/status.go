@@ -3,33 +3,28 @@ package client
 import (
 	"time"
 
+	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/liveness"
 )
 
 // Status is a task's status: the status field of its record, as dtq's scripts write it.
 // docs/data-model.md has the transitions and the script that makes each.
-type Status string
+type Status = keys.Status
 
 // Task statuses.
 const (
-	StatusScheduled Status = "scheduled" // delayed: in the schedule until its time
-	StatusQueued    Status = "queued"    // on its band's stream, waiting for a worker
-	StatusRunning   Status = "running"   // started by a worker
-	StatusRetrying  Status = "retrying"  // failed with retries left: in the schedule until the retry
-	StatusSucceeded Status = "succeeded" // final
-	StatusDead      Status = "dead"      // failed for good (or refused at claim); Requeue starts it again
-	StatusCancelled Status = "cancelled" // final
+	StatusScheduled = keys.StatusScheduled // delayed: in the schedule until its time
+	StatusQueued    = keys.StatusQueued    // on its band's stream, waiting for a worker
+	StatusRunning   = keys.StatusRunning   // started by a worker
+	StatusRetrying  = keys.StatusRetrying  // failed with retries left: in the schedule until the retry
+	StatusSucceeded = keys.StatusSucceeded // final
+	StatusDead      = keys.StatusDead      // failed for good (or refused at claim); Requeue starts it again
+	StatusCancelled = keys.StatusCancelled // final
 )
 
 // Statuses lists every task status, in the order a task goes through them.
 var Statuses = []Status{StatusScheduled, StatusQueued, StatusRunning, StatusRetrying,
 	StatusSucceeded, StatusDead, StatusCancelled}
-
-// Finished reports whether a task in status s has ended: succeeded, dead or cancelled.
-// Only Requeue moves a dead task on.
-func (s Status) Finished() bool {
-	return s == StatusSucceeded || s == StatusDead || s == StatusCancelled
-}
 
 // WorkerStatus is what a worker says of itself in its heartbeat.
 type WorkerStatus string

@@ -87,7 +87,7 @@ type Absorbed struct {
 	Entry  string
 	Band   int
 	ID     string
-	Status string // the task's status; "dead" when the claim killed the task
+	Status keys.Status // the task's status; "dead" when the claim killed the task
 }
 
 // Invalid is a malformed entry the claim moved to a dead record.
@@ -184,7 +184,7 @@ func decodeClaim(v []any) (ClaimResult, error) {
 	}
 	for _, row := range rows(v[1]) {
 		if len(row) == 4 {
-			r.Absorbed = append(r.Absorbed, Absorbed{Entry: str(row[0]), Band: int(num(row[1])), ID: str(row[2]), Status: str(row[3])})
+			r.Absorbed = append(r.Absorbed, Absorbed{Entry: str(row[0]), Band: int(num(row[1])), ID: str(row[2]), Status: keys.Status(str(row[3]))})
 		}
 	}
 	for _, row := range rows(v[2]) {

@@ -54,7 +54,7 @@ type EnqueueResult struct {
 	Created bool // false: a task with its unique key exists (ID is that task's)
 	// HolderStatus is, when Created is false, the status of the task holding the unique
 	// key (a dead or cancelled holder's key passes on with ReuseUnique).
-	HolderStatus string
+	HolderStatus keys.Status
 	Err          error // ErrTaskExists: a task with its id exists already
 }
 
@@ -95,7 +95,8 @@ func decodeEnqueue(a EnqueueArgs, cmd *redis.Cmd) ([]EnqueueResult, error) {
 		case 1:
 			out[i].Created = true
 		case 0:
-			out[i].HolderStatus, _ = v[3*i+2].(string)
+			hs, _ := v[3*i+2].(string)
+			out[i].HolderStatus = keys.Status(hs)
 		default:
 			out[i].Err = fmt.Errorf("enqueue %s: %w", id, ErrTaskExists)
 		}

@@ -90,7 +90,7 @@ func TestUniqueKeyHolders(t *testing.T) {
 		status  string
 	}{{"q", false, "queued"}, {"d", false, "dead"}, {"c", false, "cancelled"}, {"g2", true, ""}}
 	for i, w := range want {
-		if rs[i].ID != w.id || rs[i].Created != w.created || rs[i].HolderStatus != w.status || rs[i].Err != nil {
+		if rs[i].ID != w.id || rs[i].Created != w.created || string(rs[i].HolderStatus) != w.status || rs[i].Err != nil {
 			t.Errorf("task %d = %+v, want id %s created %v holder status %q", i, rs[i], w.id, w.created, w.status)
 		}
 	}

@@ -422,14 +422,14 @@ func (w *Worker) handleClaim(q keys.Queue, res lua.ClaimResult) {
 		w.start(q, res.Started)
 	}
 	for _, a := range res.Absorbed {
-		if client.Status(a.Status) == client.StatusDead {
+		if a.Status == client.StatusDead {
 			w.metrics.count("(claim)", OutcomeDead)
 			w.log.Warn("claim: task killed at claim", "queue", q.Name, "task", a.ID)
 			w.publish(Event{Type: EventTaskDead, Queue: q.Name, TaskID: a.ID, Detail: "payload over the limit"})
 			continue
 		}
 		w.metrics.count("(claim)", OutcomeAbsorbed)
-		w.publish(Event{Type: EventDuplicateAbsorbed, Queue: q.Name, TaskID: a.ID, Detail: "entry " + a.Entry + ", task " + a.Status})
+		w.publish(Event{Type: EventDuplicateAbsorbed, Queue: q.Name, TaskID: a.ID, Detail: "entry " + a.Entry + ", task " + string(a.Status)})
 	}
 	for _, r := range res.Returned {
 		w.metrics.count("(claim)", OutcomeReturned)
