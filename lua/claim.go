@@ -135,9 +135,10 @@ func claimKV(a ClaimArgs) ([]string, []any, error) {
 	if a.Reclaim {
 		mode = "reclaim"
 	}
-	args := make([]any, 0, 15+2*len(a.Delivered)+2*len(a.Received)+2*len(a.Holds))
+	args := make([]any, 0, 17+2*len(a.Delivered)+2*len(a.Received)+2*len(a.Holds))
 	args = append(args, keys.Group, a.Consumer, a.NowMS, mode, a.Want, a.MaxPayload, a.MinIdleMS, q.Name,
-		a.RegisterUntilMS, a.Tag, ReceiptTTL.Milliseconds(), InboxTTL.Milliseconds(), len(a.Received))
+		a.RegisterUntilMS, a.Tag, ReceiptTTL.Milliseconds(), InboxTTL.Milliseconds(),
+		MaxEntryTaskID, LapsedPerCall, len(a.Received))
 	for _, r := range a.Received {
 		args = append(args, r.InboxEntry, r.ID)
 	}

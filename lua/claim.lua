@@ -41,7 +41,9 @@
 --          draining and never registers again
 -- ARGV[11] receipt lifetime ms (lua.ReceiptTTL)
 -- ARGV[12] inbox lifetime ms past the worker's registration (lua.InboxTTL)
--- ARGV[13] r: hand-offs the caller got from its blocking read of the inbox
+-- ARGV[13] the longest task id taken from an entry (lua.MaxEntryTaskID)
+-- ARGV[14] lapsed registrations removed per call at most (lua.LapsedPerCall)
+-- ARGV[15] r: hand-offs the caller got from its blocking read of the inbox
 -- then r pairs: inbox entry id, task id
 -- then n: entries already delivered to this consumer (from a blocking XREADGROUP)
 -- then n pairs: band, entry id
@@ -80,6 +82,7 @@
 local group, consumer, now = ARGV[1], ARGV[2], ARGV[3]
 local mode, want, maxpayload = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local minidle, queue = tonumber(ARGV[7]), ARGV[8]
+local maxid, lapsedmax = tonumber(ARGV[13]), ARGV[14]
 local prefix, deadkey = KEYS[12], KEYS[13]
 
 local receipt = redis.call("GET", KEYS[14])
@@ -189,7 +192,7 @@ local function take(band, eid, fields, reclaiming)
   if not an then
     return reject(stream, band, eid, fields, "malformed entry: attempt " .. tostring(a) .. " is not a count")
   end
-  if #id > 200 or string.find(id, "{", 1, true) or string.find(id, "}", 1, true) then
+  if #id > maxid or string.find(id, "{", 1, true) or string.find(id, "}", 1, true) then
     return reject(stream, band, eid, fields, "malformed entry: bad task id")
   end
   local h = prefix .. id
@@ -268,7 +271,7 @@ local function putback(band, eid, fields)
   for i = 1, #fields, 2 do
     if fields[i] == "task" then id = fields[i + 1] end
   end
-  if id ~= "" and #id <= 200 and not string.find(id, "{", 1, true) and not string.find(id, "}", 1, true) then
+  if id ~= "" and #id <= maxid and not string.find(id, "{", 1, true) and not string.find(id, "}", 1, true) then
     local h = prefix .. id
     local ok, t = pcall(redis.call, "HMGET", h, "status", "entry")
     if ok and t[1] == "queued" and t[2] == eid then
@@ -291,8 +294,8 @@ end
 
 local inbox = KEYS[17]
 -- hand-offs the caller received: no longer unread, so no longer a hand-back if it dies
-local r = tonumber(ARGV[13])
-local at = 14
+local r = tonumber(ARGV[15])
+local at = 16
 for i = 0, r - 1 do
   -- XDEL leaves a read row in the group's PEL: XACK it first, or the PEL grows forever
   pcall(redis.call, "XACK", inbox, group, ARGV[at])
@@ -396,7 +399,7 @@ end
 local function register(member)
   -- lapsed registrations (workers gone without leaving) go, a few per call; only
   -- commands of the documented ACL (docs/reliability.md) are used
-  local lapsed = redis.call("ZRANGEBYSCORE", KEYS[16], "-inf", "(" .. now, "LIMIT", 0, 8)
+  local lapsed = redis.call("ZRANGEBYSCORE", KEYS[16], "-inf", "(" .. now, "LIMIT", 0, lapsedmax)
   if #lapsed > 0 then redis.call("ZREM", KEYS[16], unpack(lapsed)) end
   redis.call("ZADD", KEYS[16], ARGV[9], member)
   if redis.call("EXISTS", inbox) == 0 then

@@ -314,3 +314,24 @@ func TestClaimRetriedWithSameDeliveryKeepsEntry(t *testing.T) {
 		t.Fatalf("reclaim = %+v, want attempt 2", r)
 	}
 }
+
+// The claim takes task ids from entries up to lua.MaxEntryTaskID bytes; one byte more
+// is a malformed entry, refused with its reason, and the task is not started.
+func TestClaimEntryTaskIDLimit(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	longest := strings.Repeat("a", lua.MaxEntryTaskID)
+	over := strings.Repeat("b", lua.MaxEntryTaskID+1)
+	f.enqueue(t, lua.NewTask{ID: longest})
+	f.enqueue(t, lua.NewTask{ID: over})
+	r, err := f.claimErr(t, lua.ClaimArgs{Consumer: "w", Want: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Started) != 1 || r.Started[0].ID != longest {
+		t.Fatalf("started = %+v, want the %d-byte id alone", r.Started, lua.MaxEntryTaskID)
+	}
+	if len(r.Invalid) != 1 || !strings.Contains(r.Invalid[0].Reason, "bad task id") {
+		t.Fatalf("invalid = %+v, want the %d-byte id refused as a bad task id", r.Invalid, lua.MaxEntryTaskID+1)
+	}
+}

@@ -149,6 +149,8 @@ while i <= #ARGV do
         end
       end
     end
+    -- the record is created whole in one HSET, a handed-off task's start with it: the
+    -- fields prelude's start_task writes on a claim are the first five here
     redis.call("HSET", task,
       "status", status, "attempt", attempt, "entry", entry, "worker", worker, "started_at", started_at,
       "handback", worker ~= "" and "1" or "",

@@ -2,6 +2,7 @@ package lua_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -524,5 +525,24 @@ func TestEnqueueRefusesABandOutOfRange(t *testing.T) {
 	}
 	if n := f.rdb.Exists(f.ctx, f.q.Task("x")).Val(); n != 0 {
 		t.Fatal("a refused task was created")
+	}
+}
+
+// One registration removes at most lua.LapsedPerCall lapsed registrations: the
+// waiting set of a fleet that died shrinks over a few calls, each call bounded.
+func TestLapsedRegistrationsPrunedInBoundedSteps(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	gone := lua.LapsedPerCall + 3
+	for i := range gone { // as registrations that lapsed while their workers were away
+		f.rdb.ZAdd(f.ctx, f.q.Waiting(), redis.Z{Score: float64(f.now - 1), Member: lua.WaitingMember(1<<20, fmt.Sprintf("gone%d", i))})
+	}
+	f.wait(t, "live", 1<<20)
+	if n := f.rdb.ZCard(f.ctx, f.q.Waiting()).Val(); n != int64(gone-lua.LapsedPerCall+1) {
+		t.Fatalf("after one call: %d waiting, want %d (the live one and the lapsed left over)", n, gone-lua.LapsedPerCall+1)
+	}
+	f.wait(t, "live", 1<<20)
+	if got := f.rdb.ZRange(f.ctx, f.q.Waiting(), 0, -1).Val(); len(got) != 1 {
+		t.Fatalf("after two calls: waiting = %v, want the live worker alone", got)
 	}
 }

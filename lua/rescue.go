@@ -34,7 +34,7 @@ func rescueKV(a RescueArgs) ([]string, []any, error) {
 	ks := make([]string, 0, 13)
 	ks = append(ks, q.Handed(), q.TaskPrefix(), q.InboxPrefix())
 	ks = append(ks, q.Streams[:]...)
-	return ks, []any{keys.Group, a.NowMS, a.CutoffMS, a.Limit}, nil
+	return ks, []any{keys.Group, a.NowMS, a.CutoffMS, a.Limit, RescueRowsPerNote}, nil
 }
 
 func decodeRescue(a RescueArgs, cmd *redis.Cmd) ([]string, error) {

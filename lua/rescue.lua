@@ -24,6 +24,7 @@
 -- ARGV[2]  now ms
 -- ARGV[3]  rows handed at or before this time (ms) are rescued when unread
 -- ARGV[4]  at most this many notes per call
+-- ARGV[5]  at most this many inbox rows taken back per note (lua.RescueRowsPerNote)
 --
 -- returns the ids of the tasks put back
 local group, now = ARGV[1], ARGV[2]
@@ -87,7 +88,7 @@ for _, note in ipairs(notes) do
     end
     if okp and #pending == 0 then
       -- every unread row up to this one (older unread rows are as stale)
-      for _ = 1, 100 do
+      for _ = 1, tonumber(ARGV[5]) do
         local okr, r = pcall(redis.call, "XREADGROUP", "GROUP", group, "rescue", "COUNT", 1, "NOACK",
           "STREAMS", inbox, ">")
         local e = okr and r and r[1][2][1]

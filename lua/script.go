@@ -191,6 +191,20 @@ const (
 	LeftTTL = time.Minute
 )
 
+// Limits the scripts apply, passed to them as arguments: written here only.
+const (
+	// MaxEntryTaskID is the longest task id claim.lua takes from a stream entry; a
+	// longer one is refused as malformed. It is above client.ValidID's 128, so that an
+	// entry a producer wrote by hand is judged by the claim and not lost.
+	MaxEntryTaskID = 200
+	// LapsedPerCall is how many lapsed hand-off registrations (workers gone without
+	// leaving) one read-mode claim removes from the waiting set.
+	LapsedPerCall = 8
+	// RescueRowsPerNote is how many unread inbox rows one rescued note takes back at
+	// most (the rows before it are as stale as it is).
+	RescueRowsPerNote = 100
+)
+
 // None is the reply of a script whose outcome is its error alone.
 type None struct{}
 
