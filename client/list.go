@@ -234,7 +234,7 @@ func (c *Client) queuedEntries(ctx context.Context, q keys.Queue, bands []int, a
 	for i, b := range bands {
 		msgs, err := ranges[i].Result()
 		if err != nil {
-			if isNoKey(err) {
+			if errors.Is(err, redis.Nil) {
 				continue
 			}
 			return nil, fmt.Errorf("list queued: band %d: %w", b, err)
@@ -269,7 +269,7 @@ func (c *Client) pendingEntries(ctx context.Context, q keys.Queue, bands []int, 
 	for i, b := range bands {
 		ps, err := pend[i].Result()
 		if err != nil {
-			if isNoKey(err) || strings.HasPrefix(err.Error(), "NOGROUP") {
+			if redis.HasErrorPrefix(err, "NOGROUP") { // no stream, or no group yet
 				continue
 			}
 			return nil, fmt.Errorf("list running: band %d: %w", b, err)
@@ -494,8 +494,3 @@ func (c *Client) summarise(ctx context.Context, q keys.Queue, items []ListItem) 
 }
 
 func isServerError(err error) bool { return queuestat.IsServerError(err) }
-
-// isNoKey reports an error reply about a stream that does not exist.
-func isNoKey(err error) bool {
-	return errors.Is(err, redis.Nil) || strings.Contains(err.Error(), "no such key")
-}
