@@ -91,7 +91,7 @@ func TestRunServesUntilContextEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Stop() // before Serve: nothing to stop
+	_ = s.Stop(context.Background()) // before Serve: nothing to stop
 	gl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -156,5 +156,39 @@ func TestRunServesUntilContextEnds(t *testing.T) {
 	}
 	if err := s.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "gRPC listen") {
 		t.Fatalf("Run on a taken address = %v, want the listen error", err)
+	}
+}
+
+// Stop with a context that has ended cuts the requests in flight off at once, stops
+// every loop, and says so with the context's error; a second Stop has nothing to do.
+func TestStopWithEndedContext(t *testing.T) {
+	t.Parallel()
+	c := redistest.Shared(t).Client(t)
+	cfg := testConfig(redistest.Prefix(t))
+	cfg.Port = 0
+	cfg.ShutdownTimeout = time.Hour // the context, not the timeout, ends the wait
+	s, err := New(cfg, c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Serve(gl, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Stop(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stop(ended ctx) = %v, want context.Canceled", err)
+	}
+	for _, done := range []<-chan struct{}{s.watch.Done(), s.probe.Done()} {
+		select {
+		case <-done:
+		default:
+			t.Fatal("a loop still runs after Stop returned")
+		}
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatalf("second Stop = %v, want nil", err)
 	}
 }

@@ -142,7 +142,7 @@ func (s *Scaler) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case <-s.stopping:
 	}
-	s.Stop()
+	_ = s.Stop(context.Background()) // bounded by the shutdown timeout
 	return nil
 }
 
@@ -212,15 +212,17 @@ func (s *Scaler) HTTPAddr() string {
 }
 
 // Stop ends open streams cleanly (a nil return, so KEDA reconnects after 2 s rather than
-// backing off), waits up to the shutdown timeout for requests in flight, and stops
-// everything Serve started. Idempotent, safe before Serve and from several goroutines;
-// a stopped Scaler does not serve again.
-func (s *Scaler) Stop() {
+// backing off), waits for requests in flight until ctx ends or the shutdown timeout
+// passes, whichever is first, then cuts the rest off and stops everything Serve
+// started. It returns ctx's error when ctx ended first, else nil. Idempotent, safe
+// before Serve and from several goroutines; a stopped Scaler does not serve again.
+func (s *Scaler) Stop(parent context.Context) error {
+	var err error
 	s.stopOnce.Do(func() {
 		s.ready.Store(false)
 		close(s.stopping)
 		s.health.Shutdown()
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		ctx, cancel := context.WithTimeout(parent, s.cfg.ShutdownTimeout)
 		defer cancel()
 		done := make(chan struct{})
 		go func() {
@@ -233,12 +235,16 @@ func (s *Scaler) Stop() {
 			s.grpc.Stop()
 			<-done
 		}
-		_ = s.http.Shutdown(ctx)
+		if e := s.http.Shutdown(ctx); e != nil {
+			_ = s.http.Close()
+		}
 		s.watch.Stop()
 		s.probe.Stop()
 		s.sig.stop()
+		err = parent.Err()
 	})
 	s.wg.Wait()
+	return err
 }
 
 // value reads one metric of m, from a read at most the cache TTL old, waiting at most

@@ -82,7 +82,7 @@ func serveWith(t testing.TB, c redis.UniversalClient, cfg Config, o Options) *fi
 		t.Fatal(err)
 	}
 	s.Serve(gl, hl)
-	t.Cleanup(s.Stop)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	cc, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -398,14 +398,14 @@ func TestStreamsEndCleanlyOnStop(t *testing.T) {
 	if err != nil || len(sp.MetricSpecs) != 1 || sp.MetricSpecs[0].MetricName != "dtq-stop" {
 		t.Fatalf("StreamMetricSpec first message = %v, %v", sp, err)
 	}
-	f.s.Stop()
+	_ = f.s.Stop(context.Background())
 	if _, err := active.Recv(); !errors.Is(err, io.EOF) {
 		t.Errorf("StreamIsActive after Stop: %v, want io.EOF (a nil return)", err)
 	}
 	if _, err := specs.Recv(); !errors.Is(err, io.EOF) {
 		t.Errorf("StreamMetricSpec after Stop: %v, want io.EOF", err)
 	}
-	f.s.Stop() // twice is fine
+	_ = f.s.Stop(context.Background()) // twice is fine
 }
 
 func TestClientGoingAwayLeavesNothing(t *testing.T) {
@@ -492,7 +492,7 @@ func TestReplicasAgree(t *testing.T) {
 	}
 	gl, _ := net.Listen("tcp", "127.0.0.1:0")
 	b.Serve(gl, nil)
-	t.Cleanup(b.Stop)
+	t.Cleanup(func() { _ = b.Stop(context.Background()) })
 	cc, _ := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	t.Cleanup(func() { _ = cc.Close() })
 	s := a.seed(t)
@@ -625,7 +625,7 @@ func TestHTTPEndpoints(t *testing.T) {
 	if err != nil || res.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("gRPC health of %s = %v, %v", ServiceName, res, err)
 	}
-	f.s.Stop()
+	_ = f.s.Stop(context.Background())
 	if f.s.ready.Load() {
 		t.Error("ready after Stop")
 	}
@@ -658,14 +658,14 @@ func TestStartStopStress(t *testing.T) {
 			if _, err := st.Recv(); err != nil {
 				t.Fatal(err)
 			}
-			s.Stop()
+			_ = s.Stop(context.Background())
 			if _, err := st.Recv(); !errors.Is(err, io.EOF) {
 				t.Fatalf("round %d: stream after Stop: %v", i, err)
 			}
 			_ = cc.Close()
 		}
-		s.Stop()
-		s.Stop()
+		_ = s.Stop(context.Background())
+		_ = s.Stop(context.Background())
 	}
 }
 
@@ -693,7 +693,7 @@ func TestPushWithoutClientCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Serve(gl, nil)
-	t.Cleanup(s.Stop)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	cc, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package scaler
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"net"
@@ -35,7 +36,7 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Serve(gl, nil)
-	t.Cleanup(s.Stop)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM([]byte(certs.CAPEM))

@@ -75,7 +75,7 @@ func start(t *testing.T, tweak func(*scaler.Config)) *env {
 		t.Fatal(err)
 	}
 	sc.Serve(l, nil)
-	t.Cleanup(sc.Stop)
+	t.Cleanup(func() { _ = sc.Stop(context.Background()) })
 	if err := lua.Load(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
