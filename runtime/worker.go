@@ -46,6 +46,16 @@ type Options struct {
 // completer and events publisher, each a type and a file — around the executions it
 // holds (holdings) and the executor pool that runs them.
 type Worker struct {
+	*core                  // what every service reads: set in New, not changed after
+	*tally                 // what the worker counts as it runs
+	services               // the loops, each a type and a file
+	stop     stopper       // why and how Run drains: Stop, StopAndCancel, stopSelf
+	ran      atomic.Bool   // Run was called (a second call is refused)
+	done     chan struct{} // closed when Run returned
+}
+
+// core is the worker's identity and collaborators, shared read-only by its services.
+type core struct {
 	cfg    Config
 	pprof  http.Handler
 	rdb    redis.UniversalClient
@@ -67,18 +77,24 @@ type Worker struct {
 	metrics      *metrics
 	redis        *redisHealth // readiness follows it; a refusal for good ends Run
 	instrumented bool         // Options.InstrumentRedis: the hook feeds redis
+	// callTag tells this process's claim calls from those of an earlier process with
+	// the same worker id (a restart under a fixed DTQ_WORKER_ID): their receipts live
+	// 60 s, and a call of the same name would get the other's reply.
+	callTag string
+}
 
+// tally is what the worker counts and reports in its heartbeat.
+type tally struct {
 	state     atomic.Int32
 	processed atomic.Int64
 	failed    atomic.Int64
 	retried   atomic.Int64
 	startedAt time.Time
 	callSeq   atomic.Int64 // numbers claim calls (their receipts)
-	// callTag tells this process's claim calls from those of an earlier process with
-	// the same worker id (a restart under a fixed DTQ_WORKER_ID): their receipts live
-	// 60 s, and a call of the same name would get the other's reply.
-	callTag string
+}
 
+// services are the worker's loops and the state they share.
+type services struct {
 	hold      *holdings // what the worker runs now: shared by the services
 	pool      *pool     // the executors (exec.go)
 	poller    *poller
@@ -88,10 +104,6 @@ type Worker struct {
 	heartbeat *heartbeat
 	completer *completer
 	events    *events
-
-	stop stopper       // why and how Run drains: Stop, StopAndCancel, stopSelf
-	ran  atomic.Bool   // Run was called (a second call is refused)
-	done chan struct{} // closed when Run returned
 }
 
 // stopper holds the requests to stop: quit begins the drain, hard (StopAndCancel)
@@ -130,17 +142,20 @@ func New(o Options) (*Worker, error) {
 		now = time.Now
 	}
 	w := &Worker{
-		cfg: cfg, pprof: o.Pprof, rdb: o.Redis, reg: o.Registry, now: now,
-		ks: keys.New(cfg.KeyPrefix), id: cfg.WorkerID,
-		byName:       map[string]keys.Queue{},
-		vtMS:         cfg.VisibilityTimeout.Milliseconds(),
-		keepMS:       cfg.ResultTTL.Milliseconds(),
-		defTimeout:   cfg.DefaultTimeout,
-		defBackoff:   ExpBackoff(cfg.RetryBase, cfg.RetryMax),
-		instrumented: o.InstrumentRedis,
-		hold:         newHoldings(),
-		stop:         stopper{quit: make(chan struct{}), hard: make(chan struct{})},
-		done:         make(chan struct{}),
+		core: &core{
+			cfg: cfg, pprof: o.Pprof, rdb: o.Redis, reg: o.Registry, now: now,
+			ks: keys.New(cfg.KeyPrefix), id: cfg.WorkerID,
+			byName:       map[string]keys.Queue{},
+			vtMS:         cfg.VisibilityTimeout.Milliseconds(),
+			keepMS:       cfg.ResultTTL.Milliseconds(),
+			defTimeout:   cfg.DefaultTimeout,
+			defBackoff:   ExpBackoff(cfg.RetryBase, cfg.RetryMax),
+			instrumented: o.InstrumentRedis,
+		},
+		tally:    &tally{},
+		services: services{hold: newHoldings()},
+		stop:     stopper{quit: make(chan struct{}), hard: make(chan struct{})},
+		done:     make(chan struct{}),
 	}
 	w.log = log.With("worker_id", w.id)
 	w.callTag = strconv.FormatUint(uint64(rand.Uint32()), 36)
