@@ -114,7 +114,7 @@ func startScalerFor(t *testing.T, dir string, set map[string]string) liveScaler 
 		t.Fatal(err)
 	}
 	s.Serve(gl, hl)
-	t.Cleanup(s.Stop)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	return liveScaler{grpcAddr: s.GRPCAddr(), httpAddr: s.HTTPAddr(), redisURL: srv.URL(), rdb: rdb,
 		cl: client.New(rdb, client.Options{Prefix: cfg.KeyPrefix})}
 }
