@@ -24,6 +24,7 @@ import (
 
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/service"
+	"github.com/dtq/dtq/internal/tlsreload"
 )
 
 // ServiceName is the gRPC service KEDA calls; the health service reports it SERVING
@@ -101,9 +102,9 @@ func New(cfg Config, c redis.UniversalClient, o Options) (*Scaler, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
 	if cfg.TLSCertFile != "" {
-		tc, err := serverTLS(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile)
+		tc, err := tlsreload.Server(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile, "h2")
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("scaler %w", err)
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}

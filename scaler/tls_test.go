@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/dtq/dtq/internal/redistest"
-	"github.com/dtq/dtq/scaler/internal/testcert"
+	"github.com/dtq/dtq/internal/testcert"
 )
 
 func TestMutualTLS(t *testing.T) {

@@ -26,9 +26,9 @@ import (
 
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/redistest"
+	"github.com/dtq/dtq/internal/testcert"
 	"github.com/dtq/dtq/lua"
 	"github.com/dtq/dtq/scaler"
-	"github.com/dtq/dtq/scaler/internal/testcert"
 )
 
 func TestMain(m *testing.M) {

@@ -1,5 +1,6 @@
 // Package testcert makes a throwaway CA, a server certificate for 127.0.0.1 and
-// localhost, and a client certificate, for tests of the scaler's TLS and mTLS.
+// localhost, and a client certificate, for tests of TLS and mTLS servers (the
+// scaler's, the observer's).
 package testcert
 
 import (

@@ -1,4 +1,7 @@
-package scaler
+// Package tlsreload builds a server's TLS configuration from PEM files that are read
+// again when they change, so a certificate rotated by cert-manager or a mounted Secret
+// is picked up without a restart. The scaler's gRPC server and the observer share it.
+package tlsreload
 
 import (
 	"crypto/tls"
@@ -9,15 +12,15 @@ import (
 	"time"
 )
 
-// serverTLS builds the gRPC server's TLS configuration. The key pair (and the client CA
-// bundle, for mTLS) are read again when their files change, so a certificate rotated by
-// cert-manager or a mounted Secret is picked up without a restart.
-func serverTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+// Server builds a server's TLS configuration (TLS 1.2 at least) offering nextProtos. The
+// key pair (and the client CA bundle, for mTLS; "" for none) are read again when their
+// files change.
+func Server(certFile, keyFile, clientCAFile string, nextProtos ...string) (*tls.Config, error) {
 	r := &tlsFiles{cert: certFile, key: keyFile, ca: clientCAFile}
 	if _, err := r.load(); err != nil {
 		return nil, err
 	}
-	base := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}}
+	base := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: nextProtos}
 	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		st, err := r.load()
 		if err != nil {
@@ -67,7 +70,7 @@ func (r *tlsFiles) load() (tlsState, error) {
 			if r.stamp != "" {
 				return r.cur, nil // a rotation in progress: keep serving the last good pair
 			}
-			return tlsState{}, fmt.Errorf("scaler TLS: %w", err)
+			return tlsState{}, fmt.Errorf("TLS: %w", err)
 		}
 		stamp += fi.ModTime().String() + fmt.Sprint(fi.Size()) + ";"
 	}
@@ -80,20 +83,20 @@ func (r *tlsFiles) load() (tlsState, error) {
 		if r.stamp != "" {
 			return r.cur, nil
 		}
-		return tlsState{}, fmt.Errorf("scaler TLS key pair: %w", err)
+		return tlsState{}, fmt.Errorf("TLS key pair: %w", err)
 	}
 	st := tlsState{pair: pair}
 	if r.ca != "" {
 		pem, err := os.ReadFile(r.ca)
 		if err != nil {
-			return tlsState{}, fmt.Errorf("scaler TLS client CA: %w", err)
+			return tlsState{}, fmt.Errorf("TLS client CA: %w", err)
 		}
 		st.pool = x509.NewCertPool()
 		if !st.pool.AppendCertsFromPEM(pem) {
 			if r.stamp != "" {
 				return r.cur, nil
 			}
-			return tlsState{}, fmt.Errorf("scaler TLS client CA %s holds no PEM certificate", r.ca)
+			return tlsState{}, fmt.Errorf("TLS client CA %s holds no PEM certificate", r.ca)
 		}
 	}
 	r.cur, r.stamp = st, stamp
