@@ -2,7 +2,9 @@ package observer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"strings"
 
@@ -29,6 +31,10 @@ type Config struct {
 	Token string `env:"DTQ_OBSERVER_TOKEN" help:"bearer token of the actions (pause, resume, cancel, requeue), at least 16 bytes; unset: actions off"`
 	// ReadOpen: the read endpoints need no token; false: they need it too.
 	ReadOpen bool `env:"DTQ_OBSERVER_READ_OPEN, default=true" help:"read endpoints need no token (false: they need DTQ_OBSERVER_TOKEN too)"`
+	// TLSCertFile, TLSKeyFile: serve HTTPS with this key pair (both or neither), read
+	// again when the files change.
+	TLSCertFile string `env:"DTQ_OBSERVER_TLS_CERT_FILE" help:"PEM certificate: serve HTTPS (with the key); unset: plain HTTP"`
+	TLSKeyFile  string `env:"DTQ_OBSERVER_TLS_KEY_FILE" help:"PEM private key of the certificate"`
 	// LogFormat: json, text, or auto (text on a terminal, json otherwise).
 	LogFormat string `env:"DTQ_LOG_FORMAT, default=auto" help:"json, text or auto"`
 	// LogLevel: debug, info, warn, error.
@@ -70,14 +76,29 @@ func (c Config) Validate() error {
 		return envcfg.Bad("DTQ_OBSERVER_TOKEN", fmt.Errorf("must be printable ASCII without spaces"))
 	case !c.ReadOpen && c.Token == "":
 		return envcfg.Bad("DTQ_OBSERVER_READ_OPEN", fmt.Errorf("false needs DTQ_OBSERVER_TOKEN set"))
+	case c.TLSCertFile != "" && c.TLSKeyFile == "":
+		return envcfg.Bad("DTQ_OBSERVER_TLS_KEY_FILE", fmt.Errorf("must be set when DTQ_OBSERVER_TLS_CERT_FILE is"))
+	case c.TLSKeyFile != "" && c.TLSCertFile == "":
+		return envcfg.Bad("DTQ_OBSERVER_TLS_CERT_FILE", fmt.Errorf("must be set when DTQ_OBSERVER_TLS_KEY_FILE is"))
 	case c.LogFormat != "auto" && c.LogFormat != "json" && c.LogFormat != "text":
 		return envcfg.Bad("DTQ_LOG_FORMAT", fmt.Errorf("%q must be auto, json or text", c.LogFormat))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
-		return nil
+	default:
+		return envcfg.Bad("DTQ_LOG_LEVEL", fmt.Errorf("%q must be debug, info, warn or error", c.LogLevel))
 	}
-	return envcfg.Bad("DTQ_LOG_LEVEL", fmt.Errorf("%q must be debug, info, warn or error", c.LogLevel))
+	for _, f := range []struct{ name, path string }{
+		{"DTQ_OBSERVER_TLS_CERT_FILE", c.TLSCertFile}, {"DTQ_OBSERVER_TLS_KEY_FILE", c.TLSKeyFile},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return envcfg.Bad(f.name, fmt.Errorf("cannot read %s: %v", f.path, errors.Unwrap(err)))
+		}
+	}
+	return nil
 }
 
 func printable(s string) bool {

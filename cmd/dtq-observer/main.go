@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ import (
 	"github.com/dtq/dtq/internal/envcfg"
 	"github.com/dtq/dtq/internal/logging"
 	"github.com/dtq/dtq/internal/redisconn"
+	"github.com/dtq/dtq/internal/tlsreload"
 	"github.com/dtq/dtq/observer"
 )
 
@@ -100,6 +102,15 @@ func run(ctx context.Context, args []string, env envconfig.Lookuper, stdout, std
 		fmt.Fprintf(stderr, "dtq observer: PORT: %s\n", oneLine(err.Error()))
 		return 2
 	}
+	if cfg.TLSCertFile != "" {
+		tc, err := tlsreload.Server(cfg.TLSCertFile, cfg.TLSKeyFile, "", "h2", "http/1.1")
+		if err != nil {
+			fmt.Fprintf(stderr, "dtq observer: DTQ_OBSERVER_TLS_CERT_FILE/DTQ_OBSERVER_TLS_KEY_FILE: %s\n", oneLine(err.Error()))
+			ln.Close()
+			return 2
+		}
+		ln = tls.NewListener(ln, tc)
+	}
 	srv := &http.Server{
 		Handler:           observer.New(observer.Options{Config: cfg, Redis: rdb, Logger: log}).Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -109,7 +120,7 @@ func run(ctx context.Context, args []string, env envconfig.Lookuper, stdout, std
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("observer: started", "addr", ln.Addr().String(), "redis", redisconn.Redact(cfg.RedisURL),
-		"key_prefix", cfg.KeyPrefix, "actions", cfg.Token != "", "read_open", cfg.ReadOpen)
+		"key_prefix", cfg.KeyPrefix, "tls", cfg.TLSCertFile != "", "actions", cfg.Token != "", "read_open", cfg.ReadOpen)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}

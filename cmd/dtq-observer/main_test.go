@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/dtq/dtq/internal/redistest"
 	"github.com/dtq/dtq/internal/syncbuf"
+	"github.com/dtq/dtq/internal/testcert"
 	"github.com/dtq/dtq/observer"
 )
 
@@ -39,6 +42,7 @@ func TestBadEnvExits2WithOneLine(t *testing.T) {
 	}
 	defer busy.Close()
 	_, port, _ := net.SplitHostPort(busy.Addr().String())
+	certs := testcert.New(t)
 	for _, tc := range []struct {
 		env map[string]string
 		v   string
@@ -49,6 +53,10 @@ func TestBadEnvExits2WithOneLine(t *testing.T) {
 		{map[string]string{"DTQ_OBSERVER_READ_OPEN": "false"}, "DTQ_OBSERVER_READ_OPEN"},
 		{map[string]string{"DTQ_REDIS_URL": "http://x"}, "DTQ_REDIS_URL"},
 		{map[string]string{"DTQ_REDIS_URL": "rediss://h:1", "DTQ_REDIS_CA_FILE": "/nonexistent"}, "DTQ_REDIS_CA_FILE"},
+		{map[string]string{"DTQ_OBSERVER_TLS_CERT_FILE": certs.ServerCertFile}, "DTQ_OBSERVER_TLS_KEY_FILE"},
+		{map[string]string{"DTQ_OBSERVER_TLS_KEY_FILE": certs.ServerKeyFile}, "DTQ_OBSERVER_TLS_CERT_FILE"},
+		{map[string]string{"DTQ_OBSERVER_TLS_CERT_FILE": "/nonexistent", "DTQ_OBSERVER_TLS_KEY_FILE": certs.ServerKeyFile}, "DTQ_OBSERVER_TLS_CERT_FILE"},
+		{map[string]string{"DTQ_OBSERVER_TLS_CERT_FILE": certs.ServerCertFile, "DTQ_OBSERVER_TLS_KEY_FILE": certs.CAFile, "PORT": "0"}, "DTQ_OBSERVER_TLS_CERT_FILE/DTQ_OBSERVER_TLS_KEY_FILE"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), nil, envconfig.MapLookuper(tc.env), &out, &errb, nil)
@@ -78,33 +86,63 @@ func TestCheckRedactsSecrets(t *testing.T) {
 // The command serves the API on PORT and stops cleanly when its context ends (SIGTERM).
 func TestServesUntilStopped(t *testing.T) {
 	t.Parallel()
+	serveUntilStopped(t, false)
+}
+
+// With a key pair configured, the command serves HTTPS, and plain HTTP is refused.
+func TestServesHTTPS(t *testing.T) {
+	t.Parallel()
+	serveUntilStopped(t, true)
+}
+
+func serveUntilStopped(t *testing.T, useTLS bool) {
 	srv := redistest.Shared(t)
+	env := map[string]string{
+		"DTQ_REDIS_URL": srv.URL(), "DTQ_KEY_PREFIX": redistest.Prefix(t), "PORT": "0", "DTQ_LOG_FORMAT": "json",
+	}
+	hc, scheme := http.DefaultClient, "http"
+	if useTLS {
+		certs := testcert.New(t)
+		env["DTQ_OBSERVER_TLS_CERT_FILE"], env["DTQ_OBSERVER_TLS_KEY_FILE"] = certs.ServerCertFile, certs.ServerKeyFile
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM([]byte(certs.CAPEM))
+		hc, scheme = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}, "https"
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr := make(chan string, 1)
 	done := make(chan int, 1)
 	var log syncbuf.Buffer
 	go func() {
-		done <- run(ctx, nil, envconfig.MapLookuper(map[string]string{
-			"DTQ_REDIS_URL": srv.URL(), "DTQ_KEY_PREFIX": redistest.Prefix(t), "PORT": "0", "DTQ_LOG_FORMAT": "json",
-		}), io.Discard, &log, func(a string) { addr <- a })
+		done <- run(ctx, nil, envconfig.MapLookuper(env), io.Discard, &log, func(a string) { addr <- a })
 	}()
 	var base string
 	select {
 	case a := <-addr:
 		_, port, _ := net.SplitHostPort(a)
-		base = "http://127.0.0.1:" + port
+		base = scheme + "://127.0.0.1:" + port
 	case code := <-done:
 		t.Fatalf("exit %d before serving:\n%s", code, log.String())
 	}
 	for _, p := range []string{"/healthz", "/readyz", "/api/v1/queues", "/api/v1/workers"} {
-		res, err := http.Get(base + p)
+		res, err := hc.Get(base + p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		res.Body.Close()
 		if res.StatusCode != http.StatusOK {
 			t.Fatalf("%s: %d", p, res.StatusCode)
+		}
+	}
+	if useTLS {
+		// Go's TLS server answers a plain request 400 without serving it.
+		res, err := http.Get("http" + strings.TrimPrefix(base, "https") + "/api/v1/queues")
+		if err == nil {
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusBadRequest || strings.Contains(string(body), "queues") {
+				t.Fatalf("plain HTTP to the HTTPS port: %d %s", res.StatusCode, body)
+			}
 		}
 	}
 	cancel()
