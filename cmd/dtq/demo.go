@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -27,10 +29,16 @@ func runDemo(args []string) int {
 	tasks := fs.Int("tasks", 300, "tasks in the burst")
 	workers := fs.Int("workers", 3, "worker processes")
 	prefix := fs.String("prefix", "dtqdemo", "key prefix (the demo deletes its keys when done)")
+	serve := fs.Bool("serve", false, "after the run, keep Redis, the workers and the observer up, with a trickle of tasks, until Ctrl-C")
+	obsPort := fs.Int("observer-port", 8080, "port of the observer (dashboard and /api/v1) on 127.0.0.1; taken or 0: any free port")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
 	if !noArgs("demo", fs) {
+		return exitUsage
+	}
+	if *obsPort < 0 || *obsPort > 65535 {
+		fmt.Fprintln(os.Stderr, "dtq demo: --observer-port must be within 0..65535")
 		return exitUsage
 	}
 	if *workers < 2 {
@@ -69,7 +77,8 @@ func runDemo(args []string) int {
 		return exitUsage
 	}
 	defer rdb.Close()
-	ctx := context.Background()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 
 	defer cleanup(rdb, *prefix)
 	c := client.New(rdb, client.Options{Prefix: *prefix})
@@ -104,6 +113,16 @@ func runDemo(args []string) int {
 		order = append(order, id)
 	}
 	say("workers   started %d worker processes: %s", *workers, strings.Join(order, ", "))
+	if obs, err := startObserver(ctx, url, *prefix, *obsPort); err != nil {
+		say("observer  not started: %v", err)
+	} else {
+		defer obs.stop()
+		actions := "actions off: set DTQ_OBSERVER_TOKEN to turn them on"
+		if os.Getenv("DTQ_OBSERVER_TOKEN") != "" {
+			actions = "actions on with DTQ_OBSERVER_TOKEN"
+		}
+		say("observer  %s  the dashboard and /api/v1 (%s)", obs.url, actions)
+	}
 
 	// The burst: the long sleep goes first so a worker is surely running it.
 	start := time.Now()
@@ -217,8 +236,103 @@ func runDemo(args []string) int {
 			return fail("demo", fmt.Errorf("queue %s still holds lag %d pending %d", q, qi.Lag, qi.Pending))
 		}
 	}
-
+	if *serve {
+		say("")
+		say("serving   a trickle of tasks until Ctrl-C")
+		trickle(ctx, c)
+		say("stopped   the workers, the observer and the demo's keys go")
+	}
 	return exitOK
+}
+
+// trickle enqueues a few tasks every 200 ms, a failing one now and then, until ctx ends.
+func trickle(ctx context.Context, c *client.Client) {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		ts := []client.Task{
+			{Queue: "default", Function: "noop", Priority: i % 10},
+			{Queue: "emails", Function: "echo", Payload: []byte(fmt.Sprintf(`{"to":"user%d@example.com"}`, i)), Priority: 5},
+			{Queue: "default", Function: "sleep", Payload: []byte(`{"ms":300}`), Priority: 2},
+		}
+		if i%25 == 0 {
+			ts = append(ts, client.Task{Queue: "default", Function: "fail", Payload: []byte(`{"times":9}`), MaxRetries: client.Retries(1)})
+		}
+		if _, err := c.EnqueueMany(ctx, ts); err != nil && ctx.Err() == nil {
+			fmt.Fprintf(os.Stderr, "dtq demo: enqueue: %v\n", err)
+		}
+	}
+}
+
+type observerProc struct {
+	cmd    *exec.Cmd
+	url    string
+	exited chan struct{}
+}
+
+// startObserver runs dtq-observer (next to dtq or on PATH) on 127.0.0.1:port, or any
+// free port when that one is taken, and waits until it answers /readyz.
+func startObserver(ctx context.Context, redisURL, prefix string, port int) (*observerProc, error) {
+	bin, err := sibling(observerBinary)
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+	}
+	port = l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "DTQ_REDIS_URL="+redisURL, "DTQ_KEY_PREFIX="+prefix, "PORT="+strconv.Itoa(port),
+		"DTQ_LOG_LEVEL=error")
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	o := &observerProc{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d/", port), exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(o.exited) }()
+	hc := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if res, err := hc.Get(o.url + "readyz"); err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return o, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			o.stop()
+			return nil, fmt.Errorf("%s did not answer /readyz within 10s", bin)
+		}
+		select {
+		case <-o.exited:
+			return nil, fmt.Errorf("%s exited before it served", bin)
+		case <-ctx.Done():
+			o.stop()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// stop ends the observer: SIGTERM, then SIGKILL after 12 s.
+func (o *observerProc) stop() {
+	_ = o.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-o.exited:
+	case <-time.After(12 * time.Second):
+		_ = o.cmd.Process.Kill()
+		<-o.exited
+	}
 }
 
 // cleanup deletes the demo's keys.

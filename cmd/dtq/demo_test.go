@@ -1,9 +1,21 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/redistest"
+	"github.com/dtq/dtq/internal/syncbuf"
 )
 
 // On a machine without redis-server the demo runs on the embedded Redis and ends as it
@@ -32,5 +44,91 @@ func TestDemoWithoutRedisServer(t *testing.T) {
 	}
 	if strings.Contains(errOut, `"level":"ERROR"`) || strings.Contains(errOut, "cmsgpack") {
 		t.Errorf("the workers logged errors:\n%s", errOut)
+	}
+}
+
+// `dtq demo --serve` starts an observer, prints its URL, keeps serving live tasks after
+// the run, and on SIGINT stops everything it started and deletes its keys.
+func TestDemoServesTheObserver(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", dir+"/dtq-observer", "github.com/dtq/dtq/cmd/dtq-observer").CombinedOutput(); err != nil {
+		t.Fatalf("build dtq-observer: %v\n%s", err, out)
+	}
+	srv := redistest.Shared(t)
+	prefix := redistest.Prefix(t)
+	cmd := dtqCmd([]string{"PATH=" + dir + ":" + os.Getenv("PATH"), "DTQ_REDIS_URL=" + srv.URL(), "DTQ_OBSERVER_TOKEN="},
+		"demo", "--tasks", "30", "--serve", "--observer-port", "0", "--prefix", prefix)
+	out := &syncbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !ok() {
+			select {
+			case err := <-done:
+				t.Fatalf("demo ended (%v) before %s:\n%s", err, what, out.String())
+			case <-time.After(50 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s after 60s:\n%s", what, out.String())
+			}
+		}
+	}
+	urlRE := regexp.MustCompile(`(?m)^observer  (http://127\.0\.0\.1:\d+/)  the dashboard and /api/v1 \(actions off`)
+	waitFor("observer URL", func() bool { return urlRE.MatchString(out.String()) })
+	base := urlRE.FindStringSubmatch(out.String())[1]
+	waitFor("serving line", func() bool { return strings.Contains(out.String(), "serving   a trickle of tasks") })
+
+	processed := func() int {
+		res, err := http.Get(base + "api/v1/workers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var ws struct {
+			Workers []struct {
+				Processed int `json:"tasks_processed"`
+			} `json:"workers"`
+			Live int `json:"live"`
+		}
+		if err := json.NewDecoder(res.Body).Decode(&ws); err != nil || ws.Live < 2 {
+			t.Fatalf("workers: %v, %+v", err, ws)
+		}
+		n := 0
+		for _, w := range ws.Workers {
+			n += w.Processed
+		}
+		return n
+	}
+	before := processed()
+	waitFor("tasks processed while serving", func() bool { return processed() > before+10 })
+
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("demo after SIGINT: %v\n%s", err, out.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("demo still running 60s after SIGINT:\n%s", out.String())
+	}
+	if _, err := http.Get(base + "healthz"); err == nil {
+		t.Error("the observer still answers after the demo ended")
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	if ks, err := rdb.Keys(context.Background(), prefix+":*").Result(); err != nil || len(ks) != 0 {
+		t.Errorf("keys left: %v %v", ks, err)
 	}
 }

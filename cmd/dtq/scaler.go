@@ -19,23 +19,28 @@ func runScaler(args []string) int { return execSibling("scaler", scalerBinary, a
 // arguments, same environment, same pid: signals reach it directly), found next to
 // dtq or else on PATH. It returns only when the exec failed.
 func execSibling(command, binary string, args []string) int {
-	path := ""
-	if self, err := os.Executable(); err == nil {
-		if p := filepath.Join(filepath.Dir(self), binary); isFile(p) {
-			path = p
-		}
+	path, err := sibling(binary)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dtq %s: %v\n", command, err)
+		return exitFail
 	}
-	if path == "" {
-		p, err := exec.LookPath(binary)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "dtq %s: %s is neither next to dtq nor on PATH (go build -o DIR ./cmd/%s)\n", command, binary, binary)
-			return exitFail
-		}
-		path = p
-	}
-	err := syscall.Exec(path, append([]string{path}, args...), os.Environ())
+	err = syscall.Exec(path, append([]string{path}, args...), os.Environ())
 	fmt.Fprintf(os.Stderr, "dtq %s: exec %s: %v\n", command, path, err)
 	return exitFail
+}
+
+// sibling finds binary next to dtq, or else on PATH.
+func sibling(binary string) (string, error) {
+	if self, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(self), binary); isFile(p) {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath(binary)
+	if err != nil {
+		return "", fmt.Errorf("%s is neither next to dtq nor on PATH (go build -o DIR ./cmd/%s)", binary, binary)
+	}
+	return p, nil
 }
 
 func isFile(p string) bool {
