@@ -1,6 +1,7 @@
 package manifesttest
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,7 +12,10 @@ import (
 	"time"
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	"github.com/sethvargo/go-envconfig"
 	runv1 "google.golang.org/api/run/v1"
+
+	"github.com/dtq/dtq/observer"
 )
 
 // cloudRunGrace is Cloud Run's SIGTERM-to-SIGKILL time, fixed by the platform.
@@ -170,5 +174,45 @@ func TestCloudRunScaler(t *testing.T) {
 	ann := svc.Spec.Template.Metadata.Annotations
 	if ann["autoscaling.knative.dev/minScale"] != "1" || ann["run.googleapis.com/cpu-throttling"] != "false" {
 		t.Errorf("%s: want one instance always up with CPU always allocated (the sidecar scrapes between requests)", what)
+	}
+}
+
+// TestCloudRunObserver: the observer's service starts with its environment, read-only,
+// probes what it serves, and keeps CPU between requests for its WORKER_STALE watch.
+func TestCloudRunObserver(t *testing.T) {
+	t.Parallel()
+	svc := cloudRun[*runv1.Service](t, "observer-service.yaml")
+	const what = "cloudrun/observer-service.yaml"
+	c := onlyContainer(t, what, svc.Spec.Template.Spec, "observer")
+	if !slices.Equal(c.Args, []string{"observer"}) {
+		t.Errorf("%s: args %q, want [observer]", what, c.Args)
+	}
+	if len(c.Ports) != 1 {
+		t.Fatalf("%s: %d ports, want the one Cloud Run sets PORT to", what, len(c.Ports))
+	}
+	env := runEnv(t, what, c)
+	env["PORT"] = strconv.FormatInt(c.Ports[0].ContainerPort, 10)
+	cfg, err := observer.LoadConfig(context.Background(), envconfig.MapLookuper(env))
+	if err != nil {
+		t.Fatalf("%s: the observer would refuse to start: %v", what, err)
+	}
+	if cfg.Token != "" {
+		t.Errorf("%s: want read-only as shipped", what)
+	}
+	for name, pr := range map[string]*runv1.Probe{"startupProbe": c.StartupProbe, "livenessProbe": c.LivenessProbe} {
+		if pr == nil || pr.HttpGet == nil {
+			t.Errorf("%s: no HTTP %s", what, name)
+			continue
+		}
+		if pr.HttpGet.Path != scalerHealthz || int(pr.HttpGet.Port) != cfg.Port {
+			t.Errorf("%s: %s on %s:%d, the observer serves %s on %d", what, name, pr.HttpGet.Path, pr.HttpGet.Port, scalerHealthz, cfg.Port)
+		}
+	}
+	ann := svc.Spec.Template.Metadata.Annotations
+	if ann["autoscaling.knative.dev/minScale"] != "1" || ann["run.googleapis.com/cpu-throttling"] != "false" {
+		t.Errorf("%s: want an instance always up with CPU always allocated (the stale watch runs between requests)", what)
+	}
+	if svc.Metadata.Annotations["run.googleapis.com/ingress"] != "internal" {
+		t.Errorf("%s: ingress %q, want internal", what, svc.Metadata.Annotations["run.googleapis.com/ingress"])
 	}
 }

@@ -237,9 +237,9 @@ func TestScalerNetworkPolicyCheckCanFail(t *testing.T) {
 	objs := build(t, "../kubernetes/keda")
 	p := scalerPod(t, objs)
 	c, grpcPort, httpPort := scalerPorts(t, objs, p)
-	policies := find(objs, "NetworkPolicy", "")
+	policies := find(objs, "NetworkPolicy", "dtq-scaler")
 	if len(policies) != 1 {
-		t.Fatalf("%d NetworkPolicies in the keda build, want 1", len(policies))
+		t.Fatalf("%d NetworkPolicies named dtq-scaler in the keda build, want 1", len(policies))
 	}
 	mutate := func(f func(np *networkingv1.NetworkPolicy)) []object {
 		o := policies[0]
