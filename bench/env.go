@@ -73,16 +73,16 @@ func setupEnv(ctx context.Context, o options) (*benchEnv, error) {
 		return e, nil
 	}
 	e.dtq = filepath.Join(tmp, "dtq")
-	e.logf("building ./cmd/dtq and ./cmd/dtq-scaler")
+	e.logf("building ./cmd/dtq, ./cmd/dtq-scaler and ./cmd/dtq-observer")
 	// Static and stripped, as the image builds them: how the binary is linked and its
 	// size show in its start time.
 	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", tmp+"/",
-		"github.com/dtq/dtq/cmd/dtq", "github.com/dtq/dtq/cmd/dtq-scaler")
+		"github.com/dtq/dtq/cmd/dtq", "github.com/dtq/dtq/cmd/dtq-scaler", "github.com/dtq/dtq/cmd/dtq-observer")
 	build.Env = append(os.Environ(), staticBuild)
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		e.close()
-		return nil, fmt.Errorf("go build ./cmd/dtq ./cmd/dtq-scaler: %w", err)
+		return nil, fmt.Errorf("go build ./cmd/dtq ./cmd/dtq-scaler ./cmd/dtq-observer: %w", err)
 	}
 	return e, nil
 }

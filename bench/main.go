@@ -9,11 +9,12 @@
 //	go run ./bench ceiling    [--n 50000]
 //	go run ./bench scaler     [--reps 2000]
 //	go run ./bench scripts    [--n 3200] [--callgrind]
+//	go run ./bench observer   [--n 1000000] [--reps 1000] [--duration 30s]
 //	go run ./bench peer       [--runs 5]     dtq and asynq alternating on the same Redis
 //	go run ./bench chaos      [--duration 2m]
 //
 // Redis: DTQ_REDIS_URL, or a redis-server bench starts on a free port and stops after.
-// Binaries: dtq and dtq-scaler built static from this tree, or those in DTQ_BENCH_BIN.
+// Binaries: dtq, dtq-scaler and dtq-observer built static from this tree, or those in DTQ_BENCH_BIN.
 // Every mode takes --runs N (repetitions; the table shows median [min – max]).
 package main
 
@@ -65,6 +66,7 @@ func modes() []mode {
 		{"drain", "SIGTERM → exit idle and busy; SIGKILL → task finished by a peer", runner(runDrain)},
 		{"ceiling", "the design's Redis-bound ceiling: the same scripts per task, no worker", runner(runCeiling)},
 		{"scaler", "GetMetrics over 10 queues × 10 bands; XADD → StreamIsActive push", runner(runScaler)},
+		{"observer", "dtq-observer: /api/v1/queues over 100 queues × 10 bands, task pages of an N-task queue, RSS under ten dashboards", runner(runObserver)},
 		{"scripts", "Redis time (and with --callgrind instructions) per task in enqueue, claim and complete, no worker", runner(runScripts)},
 		{"chaos", "workers killed, stopped, frozen under load; the ledger counts lost and duplicates", runner(runChaos)},
 	}
