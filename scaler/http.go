@@ -91,7 +91,13 @@ func (s *Scaler) registerMetrics() {
 		outside.WithLabelValues(r)
 	}
 	s.sig.outside = func(reason string, n int) { outside.WithLabelValues(reason).Add(float64(n)) }
-	s.reg.MustRegister(s.rpcs, reads, streams, pushQueues, watched, outside, queueCollector{s},
+	push := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "dtq_scaler_push_seconds",
+		Help:    "Time from the stream entry that woke an idle queue to its StreamIsActive push of true.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	})
+	s.watch.pushed = func(d time.Duration) { push.Observe(d.Seconds()) }
+	s.reg.MustRegister(s.rpcs, reads, streams, pushQueues, watched, outside, push, queueCollector{s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 

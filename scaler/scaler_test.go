@@ -309,6 +309,17 @@ func TestBadMetadataIsInvalidArgument(t *testing.T) {
 	}
 }
 
+// grepLines is the lines of text that start with prefix.
+func grepLines(text, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // recvUntil reads the stream until it sends want; it fails when the stream ends first.
 func recvUntil(t *testing.T, s grpc.ServerStreamingClient[pb.IsActiveResponse], want bool) {
 	t.Helper()
@@ -342,6 +353,10 @@ func TestStreamIsActivePushes(t *testing.T) {
 	r, err := stream.Recv()
 	if err != nil || !r.Result {
 		t.Fatalf("after the first task: %v, %v; want true", r, err)
+	}
+	// The push woken by that entry is timed (the unwatched band's entry woke nothing).
+	if m := scrape(t, f); !strings.Contains(m, "\ndtq_scaler_push_seconds_count 1\n") {
+		t.Errorf("/metrics lacks one timed push:\n%s", grepLines(m, "dtq_scaler_push_seconds"))
 	}
 	s.finish("push", 7, s.deliver("push", 7, 1)...)
 	_ = ids

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +57,13 @@ type watcher struct {
 	afterPass        atomic.Pointer[func(error)]
 	afterUnsubscribe atomic.Pointer[func()]
 	beforeBlock      atomic.Pointer[func()]
+
+	// pushed, when set, is told the time from the stream entry that woke the loop to the
+	// push of the subscription it made active (the dtq_scaler_push_seconds histogram).
+	pushed func(time.Duration)
+	// wokenAt is the time of the entry that ended the last blocking read, zero when the
+	// read ended otherwise; only the loop touches it.
+	wokenAt time.Time
 
 	// maxQueues bounds the distinct queues of all subscriptions: every pass reads them
 	// all and the blocking read names their streams.
@@ -231,6 +240,7 @@ func (w *watcher) run(ctx context.Context) {
 		}
 		lastRead = w.now()
 		next, err := w.pass(subs)
+		w.wokenAt = time.Time{} // told to the pass just made, if it was one
 		if h := w.afterPass.Load(); h != nil {
 			(*h)(err)
 		}
@@ -266,8 +276,8 @@ func (w *watcher) run(ctx context.Context) {
 			}
 			continue
 		}
-		got, err := w.block(ctx, reader, next, d)
-		byEntry = got
+		got, at, err := w.block(ctx, reader, next, d)
+		byEntry, w.wokenAt = got, at
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn("scaler: push blocking read failed; reconnecting", "err", err)
 		}
@@ -275,8 +285,9 @@ func (w *watcher) run(ctx context.Context) {
 }
 
 // block waits on one blocking XREAD of next's streams for at most d, until a new entry,
-// a new subscription or the end of ctx; it reports whether an entry came.
-func (w *watcher) block(ctx context.Context, reader *blockread.Reader, next wake, d time.Duration) (bool, error) {
+// a new subscription or the end of ctx; it reports whether an entry came, and when it
+// was added (its id's time).
+func (w *watcher) block(ctx context.Context, reader *blockread.Reader, next wake, d time.Duration) (bool, time.Time, error) {
 	rctx, end := context.WithCancel(ctx)
 	defer end()
 	w.mu.Lock()
@@ -289,7 +300,7 @@ func (w *watcher) block(ctx context.Context, reader *blockread.Reader, next wake
 	}()
 	select {
 	case <-w.kick: // a subscription came since the pass: pass again
-		return false, nil
+		return false, time.Time{}, nil
 	default:
 	}
 	if h := w.beforeBlock.Load(); h != nil {
@@ -300,9 +311,18 @@ func (w *watcher) block(ctx context.Context, reader *blockread.Reader, next wake
 	args = append(args, next.ids...)
 	xs, err := reader.XRead(rctx, &redis.XReadArgs{Streams: args, Count: 1, Block: d})
 	if err != nil && rctx.Err() != nil {
-		return false, nil // ended for a subscription or Stop before it got an answer
+		return false, time.Time{}, nil // ended for a subscription or Stop before it got an answer
 	}
-	return err == nil && len(xs) > 0, err
+	if err != nil || len(xs) == 0 || len(xs[0].Messages) == 0 {
+		return false, time.Time{}, err
+	}
+	var at time.Time
+	if ms, _, ok := strings.Cut(xs[0].Messages[0].ID, "-"); ok {
+		if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
+			at = time.UnixMilli(n)
+		}
+	}
+	return true, at, nil
 }
 
 // wake is what the loop waits for after a pass.
@@ -408,6 +428,9 @@ func (w *watcher) pass(subs []*subscription) (wake, error) {
 			until = now
 		}
 		if v != s.last {
+			if active && !w.wokenAt.IsZero() && w.pushed != nil {
+				w.pushed(w.now().Sub(w.wokenAt))
+			}
 			s.last = v
 			select {
 			case <-s.updates:
