@@ -40,6 +40,17 @@ if [ "${1:-}" = "--all" ]; then
   # cores (15 min without); the scaler's own race-tested code is in the main module.
   KEDACOMPAT_RACE=0 scaler/kedacompat/run.sh
   if [ -f deploy/go.mod ]; then
+    # promtool checks and unit-tests the alert rules: Debian's prometheus package holds
+    # it. Where it is missing, the package is unpacked into a temporary directory (not
+    # installed: no Prometheus service is set up or started).
+    if [ -z "${DTQ_PROMTOOL:-}" ] && ! command -v promtool >/dev/null 2>&1; then
+      promdir=$(mktemp -d)
+      trap 'rm -rf "$promdir"' EXIT
+      echo "test.sh: unpacking promtool from Debian's prometheus package" >&2
+      (cd "$promdir" && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus >/dev/null; }; } \
+        && dpkg-deb -x prometheus_*.deb root)
+      export DTQ_PROMTOOL="$promdir/root/usr/bin/promtool"
+    fi
     (cd deploy && go vet ./... && go test -count=1 ./...)
   fi
   if [ -x deploy/test/run.sh ]; then

@@ -7,12 +7,14 @@ replace github.com/dtq/dtq => ../
 require (
 	github.com/dtq/dtq v0.0.0-00010101000000-000000000000
 	github.com/go-logr/logr v1.4.4
+	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/kedacore/keda/v2 v2.21.0
 	github.com/prometheus/common v0.72.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sethvargo/go-envconfig v1.4.3
 	google.golang.org/api v0.304.0
 	google.golang.org/grpc v1.84.0
+	gopkg.in/yaml.v3 v3.0.1
 	k8s.io/api v0.36.5
 	k8s.io/apimachinery v0.36.5
 	k8s.io/metrics v0.36.4
