@@ -137,7 +137,11 @@ func eval[T any](tb *tab, expr string) T {
 // open loads the dashboard at a route (#/...).
 func (tb *tab) open(route string) {
 	tb.t.Helper()
-	tb.do("open "+route, chromedp.Navigate(tb.e.url+"/"+route), chromedp.WaitReady(chromedp.CSS("main")))
+	tb.do("open "+route, navigate(tb.e.url+"/"+route))
+}
+
+func navigate(u string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(chromedp.Navigate(u), chromedp.WaitReady(chromedp.CSS("main")))
 }
 
 // text is the textContent of the first element sel matches ("" when none does).
@@ -375,7 +379,7 @@ func TestUIDataRendersAsText(t *testing.T) {
 	noMarkup("overview")
 
 	tb.open("#/queues/xss/tasks/" + id)
-	tb.waitText("pre.value", payload)
+	tb.waitText(`section[data-part="payload"] pre.value`, payload)
 	noMarkup("task page")
 	tb.screenshot("task")
 

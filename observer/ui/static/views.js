@@ -215,7 +215,7 @@ export function queue(root, route) {
 function bodyBlock(title, b) {
   if (!b) return null;
   const meta = `${b.encoding}, ${num(b.size)} bytes stored` + (b.truncated ? ', truncated to the first 64 KiB' : '');
-  return h('section', { class: 'body' }, h('h2', {}, title), h('p', { class: 'meta' }, meta),
+  return h('section', { class: 'body', 'data-part': title.toLowerCase() }, h('h2', {}, title), h('p', { class: 'meta' }, meta),
     h('pre', { class: 'value', tabindex: '0', 'aria-label': title }, b.value));
 }
 
@@ -496,6 +496,7 @@ export function events(root) {
         if (!p || p.liveness !== w.liveness) add({ type: 'WORKER_' + String(w.liveness).toUpperCase(), data: { ts: now, worker: id } });
       }
     }
+    if (!prev) mode.textContent = `This observer serves no event stream: showing the changes seen by polling every 2 s (watching ${cur.q.size} queues and ${cur.w.size} workers).`;
     prev = cur;
   };
 
