@@ -108,8 +108,9 @@ func (s *Server) Handler() http.Handler {
 
 	// The dashboard: index.html at /, its assets under /ui/ (see ui/).
 	dash := ui.New()
-	e.GET("/", echo.WrapHandler(http.HandlerFunc(dash.Index)))
-	e.GET(ui.Prefix+"*", echo.WrapHandler(http.HandlerFunc(dash.Asset)))
+	both := []string{http.MethodGet, http.MethodHead}
+	e.Match(both, "/", echo.WrapHandler(http.HandlerFunc(dash.Index)))
+	e.Match(both, ui.Prefix+"*", echo.WrapHandler(http.HandlerFunc(dash.Asset)))
 
 	// Per route, not per group: a group's middleware would also answer the paths no
 	// route matches (401 instead of 404).

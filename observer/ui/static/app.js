@@ -46,8 +46,9 @@ function route() {
   page = views[r.view](main, r);
   const titles = { overview: 'Overview', queue: 'Queue ' + r.queue, task: 'Task ' + r.id, dead: 'Dead letters of ' + r.queue, events: 'Events', notfound: 'Not found' };
   document.title = titles[r.view] + ' · dtq observer';
+  const here = { overview: '#/', events: '#/events' }[r.view];
   for (const a of document.querySelectorAll('nav a')) {
-    if (a.getAttribute('href') === (r.view === 'events' ? '#/events' : '#/') && a.className !== 'brand') a.setAttribute('aria-current', 'page');
+    if (a.getAttribute('href') === here && a.className !== 'brand') a.setAttribute('aria-current', 'page');
     else a.removeAttribute('aria-current');
   }
   state.refresh();
