@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -53,6 +54,9 @@ type tab struct {
 	t   *testing.T
 	e   *env
 	ctx context.Context
+	// close ends the browser and reports the dialogs and exceptions seen (at the
+	// latest when the test ends).
+	close func()
 
 	mu         sync.Mutex
 	dialogs    []string // JavaScript dialogs that opened (alert, confirm, prompt)
@@ -69,19 +73,23 @@ func openTab(t *testing.T, e *env, width, height int) *tab {
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	tb := &tab{t: t, e: e, ctx: ctx}
-	t.Cleanup(func() {
-		_ = chromedp.Cancel(ctx)
-		cancel()
-		acancel()
-		tb.mu.Lock()
-		defer tb.mu.Unlock()
-		if len(tb.dialogs) > 0 {
-			t.Errorf("JavaScript dialogs opened: %q", tb.dialogs)
-		}
-		if len(tb.exceptions) > 0 {
-			t.Errorf("uncaught exceptions in the page: %q", tb.exceptions)
-		}
-	})
+	var once sync.Once
+	tb.close = func() {
+		once.Do(func() {
+			_ = chromedp.Cancel(ctx)
+			cancel()
+			acancel()
+			tb.mu.Lock()
+			defer tb.mu.Unlock()
+			if len(tb.dialogs) > 0 {
+				t.Errorf("JavaScript dialogs opened: %q", tb.dialogs)
+			}
+			if len(tb.exceptions) > 0 {
+				t.Errorf("uncaught exceptions in the page: %q", tb.exceptions)
+			}
+		})
+	}
+	t.Cleanup(tb.close)
 	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
 	exceptions := chromedp.Events(ctx, cdpruntime.ExceptionThrown)
 	go func() {
@@ -277,6 +285,29 @@ func TestUIOverviewUpdatesWithoutReload(t *testing.T) {
 		t.Errorf("at phone width the page is %d px wide: it scrolls sideways", w)
 	}
 	tb.screenshot("overview-phone")
+}
+
+// While the tab is hidden the page sends nothing; shown again, it reads at once.
+func TestUIPollsOnlyWhileVisible(t *testing.T) {
+	e := newEnv(t, nil)
+	e.enqueue(client.Task{Queue: "emails", Function: "echo"})
+	tb := openTab(t, e, 1280, 900)
+	tb.open("#/")
+	tb.waitText(`tr[data-queue="emails"] td.lag`, "1")
+	eval[int](tb, `window.fetches = 0; const f = window.fetch; window.fetch = (...a) => { window.fetches++; return f(...a); }; 0`)
+	tb.waitFor("the page to poll while visible", func() bool { return eval[int](tb, `window.fetches`) >= 2 })
+
+	eval[int](tb, `Object.defineProperty(document, 'hidden', {value: true, configurable: true});
+		document.dispatchEvent(new Event('visibilitychange')); window.fetches = 0; window.hiddenAt = performance.now(); 0`)
+	// A negative claim needs a window: three poll intervals of the page's own clock.
+	tb.waitFor("three poll intervals", func() bool { return eval[bool](tb, `performance.now() - window.hiddenAt > 6500`) })
+	if n := eval[int](tb, `window.fetches`); n != 0 {
+		t.Fatalf("%d requests while hidden", n)
+	}
+	e.enqueue(client.Task{Queue: "emails", Function: "echo"})
+	eval[int](tb, `Object.defineProperty(document, 'hidden', {value: false, configurable: true});
+		document.dispatchEvent(new Event('visibilitychange')); 0`)
+	tb.waitText(`tr[data-queue="emails"] td.lag`, "2")
 }
 
 func TestUIPauseStopsTheWorker(t *testing.T) {
@@ -488,6 +519,11 @@ func TestUIContentSecurityPolicy(t *testing.T) {
 			t.Errorf("%s: headers %v", path, r.header)
 		}
 	}
+	if res, err := http.Head(e.url + "/"); err != nil || res.StatusCode != http.StatusOK || res.Header.Get("Content-Security-Policy") != wantCSP {
+		t.Errorf("HEAD /: %v %v", res, err)
+	} else {
+		_ = res.Body.Close()
+	}
 
 	tb := openTab(t, e, 1280, 900)
 	tb.open("#/")
@@ -504,4 +540,69 @@ func TestUIContentSecurityPolicy(t *testing.T) {
 	if v := eval[string](tb, `window.violations.join(' ')`); !strings.Contains(v, "script-src") {
 		t.Fatalf("violations %q", v)
 	}
+}
+
+// TestUIFirstLoadFigure prints the dashboard's first load in a cold Chromium: the bytes
+// transferred (HTML, CSS, JS and the API's first answers) and the time to the first
+// paint and to the first drawn data. A figure for the README, not a check: it runs
+// only with DTQ_UI_FIGURE=1.
+func TestUIFirstLoadFigure(t *testing.T) {
+	if os.Getenv("DTQ_UI_FIGURE") != "1" {
+		t.Skip("a measurement, run on demand: DTQ_UI_FIGURE=1")
+	}
+	e := newEnv(t, nil)
+	for _, q := range []string{"emails", "reports", "thumbnails"} {
+		e.enqueue(client.Task{Queue: q, Function: "echo", Payload: []byte(`{"n":1}`)})
+	}
+	startWorker(t, e, "other")
+	type resource struct {
+		Name     string  `json:"name"`
+		Transfer float64 `json:"transfer"`
+		Body     float64 `json:"body"`
+		Decoded  float64 `json:"decoded"`
+	}
+	type load struct {
+		Resources   []resource `json:"resources"`
+		FirstPaint  float64    `json:"fcp"`
+		FirstRender float64    `json:"render"`
+	}
+	const runs = 5
+	var loads []load
+	for range runs {
+		tb := openTab(t, e, 1280, 900)
+		tb.open("#/")
+		tb.waitFor("the first render", func() bool {
+			return eval[bool](tb, `performance.getEntriesByName('dtq-first-render').length > 0`)
+		})
+		l := eval[load](tb, `(() => {
+			const nav = performance.getEntriesByType('navigation')[0];
+			const res = [nav, ...performance.getEntriesByType('resource')].map(r => ({
+				name: new URL(r.name).pathname, transfer: r.transferSize, body: r.encodedBodySize, decoded: r.decodedBodySize }));
+			const fcp = performance.getEntriesByName('first-contentful-paint')[0];
+			return { resources: res, fcp: fcp ? fcp.startTime : -1,
+				render: performance.getEntriesByName('dtq-first-render')[0].startTime };
+		})()`)
+		loads = append(loads, l)
+		tb.close()
+	}
+	var total, api, body, decoded float64
+	for _, r := range loads[0].Resources {
+		t.Logf("%-28s transferred %6.0f B, body %6.0f B (%6.0f B decoded)", r.Name, r.Transfer, r.Body, r.Decoded)
+		total += r.Transfer
+		body += r.Body
+		decoded += r.Decoded
+		if strings.HasPrefix(r.Name, "/api/") {
+			api += r.Transfer
+		}
+	}
+	t.Logf("first load: %d requests, %.0f B transferred (%.0f B of them the API's answers); bodies %.0f B gzipped, %.0f B decoded",
+		len(loads[0].Resources), total, api, body, decoded)
+	var fcp, render []float64
+	for _, l := range loads {
+		fcp, render = append(fcp, l.FirstPaint), append(render, l.FirstRender)
+	}
+	slices.Sort(fcp)
+	slices.Sort(render)
+	t.Logf("over %d cold loads: first contentful paint median %.0f ms (%.0f–%.0f), data drawn median %.0f ms (%.0f–%.0f)",
+		runs, fcp[runs/2], fcp[0], fcp[runs-1], render[runs/2], render[0], render[runs-1])
 }
