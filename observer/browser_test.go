@@ -453,7 +453,9 @@ func TestUIActionsRefused(t *testing.T) {
 		e.enqueue(client.Task{Queue: "jobs", Function: "echo"})
 		tb := openTab(t, e, 1280, 900)
 		tb.open("#/queues/jobs")
-		tb.click(`button[data-key="pause"]`)
+		// With the keyboard: the button takes the focus and Enter presses it.
+		tb.do("press Pause with the keyboard", chromedp.WaitEnabled(chromedp.CSS(`button[data-key="pause"]`)),
+			chromedp.Focus(chromedp.CSS(`button[data-key="pause"]`)), chromedp.KeyEvent("\r"))
 		tb.waitText("#status", "Refused")
 		tb.waitText("#status", "token")
 		if !eval[bool](tb, `document.activeElement === document.getElementById('token')`) {

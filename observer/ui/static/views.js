@@ -112,14 +112,14 @@ export function queue(root, route) {
   const head = h('div', { class: 'queue-head' });
   const stats = h('div');
   const chart = h('div', { class: 'chart-box' });
-  const tabs = h('div', { role: 'tablist', 'aria-label': 'Tasks by state', class: 'tabs' });
-  const panel = h('div', { role: 'tabpanel', id: 'tasks-panel', tabindex: '0', 'aria-label': 'Tasks' });
+  const tabs = h('div', { role: 'group', 'aria-label': 'Tasks by state', class: 'tabs' });
+  const panel = h('div', { id: 'tasks-panel', 'aria-live': 'polite', 'aria-label': 'Tasks' });
   root.append(h('h1', {}, 'Queue ', h('span', { class: 'name' }, name)), head, stats, chart,
     h('h2', {}, 'Tasks'), tabs, panel);
 
   const drawTabs = () => swap(tabs, STATES.filter(st => !unsupported.has(st)).map(st =>
     h('button', {
-      type: 'button', role: 'tab', 'aria-selected': String(st === tab), 'aria-controls': 'tasks-panel',
+      type: 'button', 'aria-pressed': String(st === tab), 'aria-controls': 'tasks-panel',
       'data-key': 'tab:' + st, class: st === tab ? 'tab selected' : 'tab',
       on: { click: () => { tab = st; cursors = ['']; drawTabs(); state.refresh(); } },
     }, st)));
