@@ -191,7 +191,9 @@ func (tb *tab) click(sel string) {
 func (tb *tab) useToken(tok string) {
 	tb.t.Helper()
 	tb.do("enter the token", chromedp.WaitVisible(chromedp.CSS("#token")), chromedp.SendKeys(chromedp.CSS("#token"), tok+"\r"))
-	tb.waitText("#status", "Token kept")
+	tb.waitFor("the token kept", func() bool {
+		return eval[string](tb, `sessionStorage.getItem('dtq-observer-token') || ""`) == tok
+	})
 }
 
 // screenshot writes docs/observer/<name>.png when DTQ_SCREENSHOTS=1.
@@ -471,6 +473,17 @@ func TestUIActionsRefused(t *testing.T) {
 		if e.paused("jobs") {
 			t.Fatal("paused with a wrong token")
 		}
+	})
+	t.Run("reads closed", func(t *testing.T) {
+		e := newEnv(t, func(c *observer.Config) { c.ReadOpen = false })
+		e.enqueue(client.Task{Queue: "jobs", Function: "echo"})
+		tb := openTab(t, e, 1280, 900)
+		tb.open("#/")
+		tb.waitText("main", "Reading the queues needs the token")
+		tb.waitText("#status", "enter it in the Token field")
+		tb.useToken(token)
+		tb.waitText(`tr[data-queue="jobs"] td.lag`, "1")
+		tb.waitFor("the request for the token gone", func() bool { return !strings.Contains(tb.text("#status"), "Token field") })
 	})
 	t.Run("actions off", func(t *testing.T) {
 		e := newEnv(t, func(c *observer.Config) { c.Token = "" })

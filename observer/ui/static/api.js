@@ -29,7 +29,15 @@ export async function api(method, path, body) {
   }
   let data = null;
   try { data = await res.json(); } catch { /* not JSON */ }
-  if (res.ok) return { ok: true, status: res.status, data };
+  if (res.ok) {
+    if (asked && t) { // the token a read asked for works now: the request is answered
+      asked = false;
+      say('');
+      const f = document.getElementById('token');
+      if (f) f.classList.remove('wanted');
+    }
+    return { ok: true, status: res.status, data };
+  }
   return {
     ok: false, status: res.status,
     code: (data && data.code) || 'http_' + res.status,
@@ -56,10 +64,17 @@ export function say(msg, kind) {
   el.textContent = msg || '';
 }
 
-export function askToken(why) {
-  say(why || 'This needs the token: enter it in the Token field above.', 'error');
+let asked = false; // the messages line asks for the token, for a read
+
+// askToken asks for the token; read: a read needed it (a later read that works answers it).
+export function askToken(why, read) {
+  asked = !!read;
+  const msg = why || 'This needs the token: enter it in the Token field above.';
+  const el = document.getElementById('status');
+  const again = el && el.textContent === msg; // asked already: leave the focus where it is now
+  say(msg, 'error');
   const f = document.getElementById('token');
-  if (f) { f.classList.add('wanted'); f.focus(); }
+  if (f) { f.classList.add('wanted'); if (!again) f.focus(); }
 }
 
 // markActionsOff turns every action button into a disabled one saying so.

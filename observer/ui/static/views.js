@@ -22,7 +22,7 @@ function actionButton(text, label, onClick, key) {
 // failure renders a failed read as text, asking for the token on a 401.
 function failure(r, what) {
   if (r.status === 401) {
-    askToken('Reading needs the token here: enter it in the Token field above.');
+    askToken('Reading needs the token here: enter it in the Token field above.', true);
     return h('p', { class: 'error' }, 'Reading ' + what + ' needs the token (' + r.error + ').');
   }
   return h('p', { class: 'error' }, 'Could not read ' + what + ': ' + r.error + (r.code ? ' (' + r.code + ')' : ''));
@@ -444,7 +444,7 @@ export function events(root) {
     if (!res.ok) {
       let msg = 'HTTP ' + res.status;
       try { msg = (await res.json()).error || msg; } catch { /* not JSON */ }
-      if (res.status === 401) askToken('The event stream needs the token: enter it in the Token field above.');
+      if (res.status === 401) askToken('The event stream needs the token: enter it in the Token field above.', true);
       mode.textContent = 'The event stream refused: ' + msg;
       return;
     }
