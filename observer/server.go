@@ -27,6 +27,7 @@ import (
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/queuestat"
 	"github.com/dtq/dtq/internal/redisconn"
+	"github.com/dtq/dtq/observer/ui"
 )
 
 // Options build a Server.
@@ -104,6 +105,12 @@ func (s *Server) Handler() http.Handler {
 	})
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})))
+
+	// The dashboard: index.html at /, its assets under /ui/ (see ui/).
+	dash := ui.New()
+	both := []string{http.MethodGet, http.MethodHead}
+	e.Match(both, "/", echo.WrapHandler(http.HandlerFunc(dash.Index)))
+	e.Match(both, ui.Prefix+"*", echo.WrapHandler(http.HandlerFunc(dash.Asset)))
 
 	// Per route, not per group: a group's middleware would also answer the paths no
 	// route matches (401 instead of 404).
