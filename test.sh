@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command.
-#   ./test.sh          gofmt, go vet and go test -race of the main module (installs
-#                      redis-server when missing)
+#   ./test.sh          gofmt, go vet and go test -race of the main module, then the
+#                      Python producer's pytest suite (installs redis-server, and
+#                      python3-redis and python3-pytest for /usr/bin/python3, when
+#                      missing; DTQ_SKIP_PYTHON=1 leaves the Python side out)
 #   ./test.sh --all    also the suites CI runs: KEDA compatibility (nested module; a cold
 #                      build of KEDA takes ~15 min), deploy manifests, and the container
 #                      lifecycle tests when a Docker engine answers
@@ -12,6 +14,14 @@ if ! command -v redis-server >/dev/null 2>&1; then
   echo "test.sh: installing redis-server" >&2
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
   else sudo apt-get update -qq && sudo apt-get install -y -qq redis-server >/dev/null; fi
+fi
+
+# The Python producer (clients/python) runs on Debian's interpreter and packages; its
+# cross-language test is one of the Go tests below, so they come first.
+if [ "${DTQ_SKIP_PYTHON:-}" != 1 ] && ! /usr/bin/python3 -c 'import redis, pytest' >/dev/null 2>&1; then
+  echo "test.sh: installing python3-redis python3-pytest" >&2
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq python3-redis python3-pytest >/dev/null
+  else sudo apt-get update -qq && sudo apt-get install -y -qq python3-redis python3-pytest >/dev/null; fi
 fi
 
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './vendor/*'))
@@ -34,6 +44,11 @@ fi
 # cannot starve its workers into looking dead.
 go test -race -count=1 $(go list ./... | grep -v '/chaos$')
 go test -race -count=1 ./chaos/...
+if [ "${DTQ_SKIP_PYTHON:-}" != 1 ]; then
+  PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -q -p no:cacheprovider clients/python
+else
+  echo "test.sh: DTQ_SKIP_PYTHON=1: the Python producer's tests not run" >&2
+fi
 
 if [ "${1:-}" = "--all" ]; then
   # Without -race: a cold race build of KEDA's pkg/scalers takes over an hour on two

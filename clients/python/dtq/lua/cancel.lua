@@ -1,0 +1,39 @@
+-- cancel.lua: cancel a queued or scheduled task.
+--
+-- A queued task's entry is deleted when no worker has it yet; when one has it (delivered,
+-- not yet started) the worker's claim finds the task cancelled and absorbs the entry.
+--
+-- KEYS[1]      task hash        PREFIX:{Q}:t:ID
+-- KEYS[2]      schedule zset    PREFIX:{Q}:schedule
+-- KEYS[3..12]  streams p0..p9
+-- KEYS[13]     unique key (the task hash again when none)
+-- ARGV[1]  consumer group
+-- ARGV[2]  now ms
+-- ARGV[3]  retention ms (0: keep)
+-- ARGV[4]  task id
+--
+-- returns {1, "cancelled"}, {0, current status}, or {-1, "missing"} when there is no such task
+local t = redis.call("HMGET", KEYS[1], "status", "priority", "entry")
+local status = t[1]
+if not status then return {-1, "missing"} end
+if status == "queued" then
+  local p = tonumber(t[2]) or 0
+  if p >= 0 and p <= 9 and t[3] then
+    local stream = KEYS[3 + p]
+    local pend = redis.pcall("XPENDING", stream, ARGV[1], t[3], t[3], 1)
+    if type(pend) ~= "table" or #pend == 0 then
+      redis.call("XDEL", stream, t[3])
+    end
+  end
+elseif status == "scheduled" or status == "retrying" then
+  redis.call("ZREM", KEYS[2], ARGV[4])
+else
+  return {0, status}
+end
+redis.call("HSET", KEYS[1], "status", "cancelled", "finished_at", ARGV[2])
+local keep = tonumber(ARGV[3])
+if keep > 0 then
+  redis.call("PEXPIRE", KEYS[1], keep)
+  if KEYS[13] ~= KEYS[1] then redis.call("PEXPIRE", KEYS[13], keep) end
+end
+return {1, "cancelled"}
