@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
 # The project's test command.
-#   ./test.sh          gofmt, go vet and go test -race of the main module, then the
-#                      Python producer's pytest suite (installs redis-server, and
-#                      python3-redis and python3-pytest for /usr/bin/python3, when
-#                      missing; DTQ_SKIP_PYTHON=1 leaves the Python side out)
+#   ./test.sh          gofmt, go vet, staticcheck and go test -race of the main module
+#                      (the dashboard's tests in headless Chromium among them), then
+#                      the Python producer's pytest suite (installs redis-server,
+#                      chromium, python3-redis and python3-pytest when missing)
 #   ./test.sh --all    also the suites CI runs: KEDA compatibility (nested module; a cold
 #                      build of KEDA takes ~15 min), deploy manifests, and the container
 #                      lifecycle tests when a Docker engine answers
 set -euo pipefail
 cd "$(dirname "$0")"
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "test.sh: installing redis-server" >&2
-  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
-  else sudo apt-get update -qq && sudo apt-get install -y -qq redis-server >/dev/null; fi
+# What the tests run on, installed from Debian when missing, in one apt call:
+# redis-server (every Redis test), chromium (the observer's dashboard tests, headless;
+# DTQ_SKIP_BROWSER=1 leaves them out), and python3-redis and python3-pytest for
+# /usr/bin/python3 (the Python producer, clients/python, whose cross-language test is
+# one of the Go tests below; DTQ_SKIP_PYTHON=1 leaves the Python side out).
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+if [ "${DTQ_SKIP_BROWSER:-}" != 1 ] && ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  missing+=(chromium)
 fi
-
-# The Python producer (clients/python) runs on Debian's interpreter and packages; its
-# cross-language test is one of the Go tests below, so they come first.
 if [ "${DTQ_SKIP_PYTHON:-}" != 1 ] && ! /usr/bin/python3 -c 'import redis, pytest' >/dev/null 2>&1; then
-  echo "test.sh: installing python3-redis python3-pytest" >&2
-  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq python3-redis python3-pytest >/dev/null
-  else sudo apt-get update -qq && sudo apt-get install -y -qq python3-redis python3-pytest >/dev/null; fi
+  missing+=(python3-redis python3-pytest)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "test.sh: installing ${missing[*]}" >&2
+  sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './vendor/*'))
