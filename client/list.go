@@ -23,10 +23,11 @@ const (
 	StateScheduled = StatusScheduled // the schedule zset, retries excepted
 	StateRetrying  = StatusRetrying  // the schedule zset, retries only
 	StateDead      = StatusDead      // the dead zset
+	StateSucceeded = StatusSucceeded // the succeeded zset: the newest lua.SucceededKept
 )
 
 // ListStates are the states List accepts.
-var ListStates = []Status{StateQueued, StateRunning, StateScheduled, StateRetrying, StateDead}
+var ListStates = []Status{StateQueued, StateRunning, StateScheduled, StateRetrying, StateDead, StateSucceeded}
 
 // Listing limits.
 const (
@@ -70,7 +71,7 @@ type ListItem struct {
 	Consumer   string `json:"consumer,omitempty"`   // running: the worker holding the entry
 	IdleMS     int64  `json:"idle_ms,omitempty"`    // running: since the entry was last delivered or touched
 	Deliveries int64  `json:"deliveries,omitempty"` // running: times the entry was delivered
-	AtMS       int64  `json:"at_ms,omitempty"`      // scheduled, retrying: due time; dead: when it died
+	AtMS       int64  `json:"at_ms,omitempty"`      // scheduled, retrying: due time; dead: when it died; succeeded: when it finished
 	Missing    bool   `json:"missing,omitempty"`    // the task's record no longer exists
 	Malformed  bool   `json:"malformed,omitempty"`  // a stream entry naming no task
 	Deleted    bool   `json:"entry_gone,omitempty"` // running: the PEL names an entry the stream no longer holds
@@ -108,6 +109,8 @@ func (c *Client) List(ctx context.Context, queue string, o ListOptions) (*Page, 
 		return c.listZSet(ctx, q, q.Schedule(), o)
 	case StateDead:
 		return c.listZSet(ctx, q, q.Dead(), o)
+	case StateSucceeded:
+		return c.listZSet(ctx, q, q.Succeeded(), o)
 	}
 	names := make([]string, len(ListStates))
 	for i, st := range ListStates {
