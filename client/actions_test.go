@@ -177,3 +177,51 @@ func keysPrefix(q keys.Queue) string {
 	s := q.Stream(0)
 	return s[:len(s)-len(":{q}:p0")]
 }
+
+// state=succeeded pages newest first; successes pushed between pages do not disturb the
+// pages after the cursor; a cursor whose entry was cut off ends the listing; an entry
+// that is not "MS ID" is listed malformed, a record gone missing.
+func TestListSucceeded(t *testing.T) {
+	t.Parallel()
+	c, rdb, q := deadFixture(t)
+	ctx := context.Background()
+	push := func(vals ...any) {
+		t.Helper()
+		if err := rdb.LPush(ctx, q.Succeeded(), vals...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		id := fmt.Sprint("s", i)
+		rdb.HSet(ctx, q.Task(id), "status", "succeeded", "function", "noop", "attempt", 1)
+		push(fmt.Sprint(1000+i, " ", id))
+	}
+	rdb.Del(ctx, q.Task("s2"))
+	o := client.ListOptions{State: client.StateSucceeded, Limit: 2}
+	p, err := c.List(ctx, "q", o)
+	if err != nil || len(p.Items) != 2 || p.Items[0].ID != "s4" || p.Items[0].AtMS != 1004 || p.Items[0].Status != client.StatusSucceeded || p.Next == "" {
+		t.Fatalf("first page = %+v, %v", p, err)
+	}
+	push("1005 s5", "garbage")
+	o.Cursor = p.Next
+	p, err = c.List(ctx, "q", o)
+	if err != nil || len(p.Items) != 2 || p.Items[0].ID != "s2" || !p.Items[0].Missing || p.Items[1].ID != "s1" {
+		t.Fatalf("second page = %+v, %v", p, err)
+	}
+	cut := p.Next
+	if err := rdb.LTrim(ctx, q.Succeeded(), 0, 3).Err(); err != nil { // s1 and s0 cut off
+		t.Fatal(err)
+	}
+	o.Cursor = cut
+	if p, err = c.List(ctx, "q", o); err != nil || len(p.Items) != 0 || p.Next != "" {
+		t.Fatalf("after a cut cursor = %+v, %v", p, err)
+	}
+	o.Cursor, o.Limit = "", 10
+	if p, err = c.List(ctx, "q", o); err != nil || len(p.Items) != 4 || !p.Items[0].Malformed || p.Items[1].ID != "s5" {
+		t.Fatalf("from the start = %+v, %v", p, err)
+	}
+	o.Cursor = "bm9wZQ"
+	if _, err := c.List(ctx, "q", o); !errors.Is(err, client.ErrBadCursor) {
+		t.Fatalf("a garbage cursor: %v", err)
+	}
+}

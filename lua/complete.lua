@@ -8,7 +8,7 @@
 -- KEYS[1]  schedule zset    PREFIX:{Q}:schedule
 -- KEYS[2]  dead zset        PREFIX:{Q}:dead
 -- KEYS[3]  throughput hash  PREFIX:{Q}:tp:HOUR, the hour of now
--- KEYS[4]  succeeded zset   PREFIX:{Q}:succeeded
+-- KEYS[4]  succeeded list   PREFIX:{Q}:succeeded
 -- KEYS[5]  retrying zset    PREFIX:{Q}:retrying
 -- KEYS[6+3i], KEYS[7+3i], KEYS[8+3i] for item i (0-based):
 --          task hash, stream of the entry, unique key (the task hash again when none)
@@ -19,15 +19,17 @@
 -- ARGV[5]  throughput field of now's minute counting completions ("p" .. minute of the hour)
 -- ARGV[6]  throughput field of now's minute counting failed attempts ("f" .. minute)
 -- ARGV[7]  lifetime ms of a throughput hash after its newest minute
--- ARGV[8]  succeeded tasks kept in the succeeded zset (the newest)
+-- ARGV[8]  succeeded tasks kept in the succeeded list (the newest)
 -- ARGV[9+6i .. 14+6i] for item i: task id, entry id, attempt,
 --          outcome ("s" succeeded, "r" retry, "d" dead), result or error text, retry at ms
 --
 -- Once per call, not per item: the applied completions are added to the minute's
 -- throughput counters (the failed ones, retry or dead, to its failed counter too), the
--- succeeded tasks to the succeeded zset, which is then cut to its newest ARGV[8]. These
--- are bookkeeping for observers: a key of another type there is skipped, never a reason
--- to refuse an outcome. A retry is also filed in the retrying zset (removed again by
+-- succeeded tasks ("MS ID", MS the time it succeeded) to the head of the succeeded list,
+-- which is then cut to its newest ARGV[8] (a list, not a zset by time: a push and a trim
+-- cost Redis a quarter of a zset's insert and removal, and this runs for every task).
+-- These are bookkeeping for observers: a key of another type there is skipped, never
+-- a reason to refuse an outcome. A retry is also filed in the retrying zset (removed again by
 -- sched_enqueue.lua, cancel.lua and run_now.lua), so that retries are counted by ZCARD.
 --
 -- Finished entries are XACKed and removed from the stream (XDEL, or XTRIM MINID below the
@@ -58,7 +60,7 @@ end
 local group, now, keep = ARGV[1], ARGV[2], ARGV[3]
 local n = tonumber(ARGV[4])
 local out = {}
--- applied and failed completions; the succeeded zset's ZADD arguments (score, member …)
+-- applied and failed completions; the succeeded list's new entries ("MS ID")
 local applied, failed, succ = 0, 0, {}
 -- entries to XACK and XDEL, per stream: one call per stream, not one per entry
 local done, streams = {}, {}
@@ -94,8 +96,7 @@ for i = 0, n - 1 do
         redis.call("PEXPIRE", h, keep)
         if ukey ~= h then redis.call("PEXPIRE", ukey, keep) end
       end
-      succ[#succ + 1] = now
-      succ[#succ + 1] = id
+      succ[#succ + 1] = now .. " " .. id
     elseif outcome == "r" then
       local at = ARGV[b + 5]
       redis.call("HINCRBY", h, "failures", 1)
@@ -151,7 +152,7 @@ if applied > 0 then
   if failed > 0 and type(c) == "number" then redis.call("HINCRBY", KEYS[3], ARGV[6], failed) end
 end
 if #succ > 0 then
-  local r = redis.pcall("ZADD", KEYS[4], unpack(succ))
-  if type(r) == "number" then redis.call("ZREMRANGEBYRANK", KEYS[4], 0, -1 - tonumber(ARGV[8])) end
+  local len = redis.pcall("LPUSH", KEYS[4], unpack(succ))
+  if type(len) == "number" and len > tonumber(ARGV[8]) then redis.call("LTRIM", KEYS[4], 0, ARGV[8] - 1) end
 end
 return out

@@ -89,9 +89,9 @@ func TestCompleteCountsThroughputAndIndexes(t *testing.T) {
 	if h[pf] != "5" || h[ff] != "3" {
 		t.Fatalf("throughput hash after a second call = %v, want p2=5 f2=3", h)
 	}
-	succ := f.zset(t, f.q.Succeeded())
-	if len(succ) != 2 || succ[0].Member != "a" || succ[1].Member != "b" || succ[0].Score != float64(now) {
-		t.Fatalf("succeeded zset = %v, want a and b at %d", succ, now)
+	succ := f.rdb.LRange(f.ctx, f.q.Succeeded(), 0, -1).Val()
+	if want := []string{fmt.Sprint(now, " b"), fmt.Sprint(now, " a")}; !slices.Equal(succ, want) {
+		t.Fatalf("succeeded list = %q, want %q (newest first)", succ, want)
 	}
 	retry := f.zset(t, f.q.Retrying())
 	if len(retry) != 1 || retry[0].Member != "c" || retry[0].Score != float64(now+5000) {
@@ -99,25 +99,25 @@ func TestCompleteCountsThroughputAndIndexes(t *testing.T) {
 	}
 }
 
-// The succeeded zset keeps the newest lua.SucceededKept.
+// The succeeded list keeps the newest lua.SucceededKept.
 func TestCompleteCapsSucceeded(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	old := make([]redis.Z, lua.SucceededKept)
+	old := make([]any, lua.SucceededKept)
 	for i := range old {
-		old[i] = redis.Z{Score: float64(f.now - 100_000 + int64(i)), Member: fmt.Sprintf("old-%04d", i)}
+		old[i] = fmt.Sprintf("%d old-%04d", f.now-100_000+int64(i), i) // LPUSH: the last is the newest
 	}
-	if err := f.rdb.ZAdd(f.ctx, f.q.Succeeded(), old...).Err(); err != nil {
+	if err := f.rdb.LPush(f.ctx, f.q.Succeeded(), old...).Err(); err != nil {
 		t.Fatal(err)
 	}
 	s := f.start(t, "n1", "n2")
 	f.complete(t, f.now, done(s["n1"], lua.Succeeded, 0), done(s["n2"], lua.Succeeded, 0))
-	z := f.zset(t, f.q.Succeeded())
-	if len(z) != lua.SucceededKept {
-		t.Fatalf("succeeded zset holds %d, want %d", len(z), lua.SucceededKept)
+	l := f.rdb.LRange(f.ctx, f.q.Succeeded(), 0, -1).Val()
+	if len(l) != lua.SucceededKept {
+		t.Fatalf("succeeded list holds %d, want %d", len(l), lua.SucceededKept)
 	}
-	if last := z[len(z)-1].Member; z[0].Member != "old-0002" || last != "n1" && last != "n2" {
-		t.Fatalf("succeeded zset runs %v … %v, want the two oldest gone and the new ones last", z[0], z[len(z)-1])
+	if want := fmt.Sprintf("%d old-0002", f.now-100_000+2); l[0] != fmt.Sprint(f.now, " n2") || l[len(l)-1] != want {
+		t.Fatalf("succeeded list runs %q … %q, want the new ones first and the two oldest gone", l[0], l[len(l)-1])
 	}
 }
 

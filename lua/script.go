@@ -206,7 +206,7 @@ const (
 	// RescueRowsPerNote is how many unread inbox rows one rescued note takes back at
 	// most (the rows before it are as stale as it is).
 	RescueRowsPerNote = 100
-	// SucceededKept is how many recently succeeded tasks a queue's succeeded zset keeps
+	// SucceededKept is how many recently succeeded tasks a queue's succeeded list keeps
 	// (complete.lua cuts it to the newest after each call).
 	SucceededKept = 1000
 	// DeadBatch is the most dead tasks one call of dead_requeue.lua or dead_delete.lua

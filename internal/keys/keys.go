@@ -17,7 +17,7 @@
 //	PREFIX:{Q}:left:WORKER          string: a draining process's tag, one minute
 //	PREFIX:{Q}:stats                hash: the queue's counters (dead_trimmed)
 //	PREFIX:{Q}:retrying             zset: task id → due time (ms) of the retries among the schedule's members
-//	PREFIX:{Q}:succeeded            zset: task id → time (ms) it succeeded, the newest lua.SucceededKept
+//	PREFIX:{Q}:succeeded            list: "MS ID" of the newest lua.SucceededKept succeeded tasks, newest first
 //	PREFIX:{Q}:tp:HOUR              hash: completions and failed attempts per minute of one hour, one day
 //	PREFIX:queues                   set: every queue ever enqueued to
 //	PREFIX:workers                  set: worker ids that have heartbeated
@@ -156,8 +156,8 @@ func (q Queue) Stats() string { return q.base + "stats" }
 // schedule's members, so that they are counted with one ZCARD.
 func (q Queue) Retrying() string { return q.base + "retrying" }
 
-// Succeeded is the zset of the queue's recently succeeded tasks by finish time, capped
-// (lua.SucceededKept).
+// Succeeded is the list of the queue's recently succeeded tasks, newest first: entries
+// "MS ID", MS the time it succeeded; capped (lua.SucceededKept).
 func (q Queue) Succeeded() string { return q.base + "succeeded" }
 
 // Throughput is the hash of the completions of the queue counted per minute in one hour
