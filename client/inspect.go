@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,9 +29,57 @@ type QueueInfo struct {
 	Scheduled  int64      `json:"scheduled"` // delayed tasks and retries waiting for their time
 	DueNow     int64      `json:"due"`       // of those, due now (a leader moves them shortly)
 	Dead       int64      `json:"dead"`
+	// Retrying: of Scheduled, the retries (PREFIX:{Q}:retrying).
+	Retrying int64 `json:"retrying"`
 	// DeadTrimmed counts the dead tasks the scheduler leader deleted beyond the retention
 	// bounds (DTQ_DEAD_MAX, DTQ_DEAD_TTL_S), ever (PREFIX:{Q}:stats, field dead_trimmed).
 	DeadTrimmed int64 `json:"dead_trimmed"`
+	// Throughput: completions per minute over the last hour.
+	Throughput *Throughput `json:"throughput,omitempty"`
+}
+
+// ThroughputMinutes is how many minutes a Throughput covers.
+const ThroughputMinutes = 60
+
+// Throughput is a queue's completions per minute over the last ThroughputMinutes, as
+// complete.lua counts them (PREFIX:{Q}:tp:HOUR): Processed[i] executions ended (succeeded,
+// failed for a retry, or dead) in the minute starting at StartMS + i·StepS seconds, and
+// Failed[i] of those that failed. The last minute is the current one, still counting.
+type Throughput struct {
+	StartMS   int64   `json:"start_ms"`
+	StepS     int     `json:"step_s"`
+	Processed []int64 `json:"processed"`
+	Failed    []int64 `json:"failed"`
+}
+
+// ReadThroughput adds to p the reads of queue q's Throughput for the hour ending with
+// now's minute (one or two HGETALLs) and returns what decodes them once p has run.
+func ReadThroughput(ctx context.Context, p redis.Pipeliner, q keys.Queue, now time.Time) func() (*Throughput, error) {
+	last := now.UnixMilli() / 60000
+	first := last - ThroughputMinutes + 1
+	hours := map[int64]*redis.MapStringStringCmd{}
+	for _, m := range []int64{first, last} {
+		h := m / 60
+		if hours[h] == nil {
+			hours[h] = p.HGetAll(ctx, q.Throughput(h))
+		}
+	}
+	return func() (*Throughput, error) {
+		t := &Throughput{StartMS: first * 60000, StepS: 60,
+			Processed: make([]int64, ThroughputMinutes), Failed: make([]int64, ThroughputMinutes)}
+		for i := range ThroughputMinutes {
+			ms := (first + int64(i)) * 60000
+			h, pf, ff := keys.ThroughputFields(ms)
+			v, err := hours[h].Result()
+			if err != nil {
+				return nil, fmt.Errorf("throughput of %s: %w", q.Name, err)
+			}
+			// a count that does not parse (someone else's write) reads as 0
+			t.Processed[i], _ = strconv.ParseInt(v[pf], 10, 64)
+			t.Failed[i], _ = strconv.ParseInt(v[ff], 10, 64)
+		}
+		return t, nil
+	}
 }
 
 // Queue reads a queue's backlog: lag and pending per priority, scheduled, due, dead, and
@@ -47,11 +96,14 @@ func (c *Client) Queue(ctx context.Context, name string) (*QueueInfo, error) {
 		return nil, st[0].Err
 	}
 	q := c.ks.Queue(name)
-	var scheduled *redis.IntCmd
+	var scheduled, retrying *redis.IntCmd
 	var paused *redis.IntCmd
 	var trimmed *redis.StringCmd
+	var throughput func() (*Throughput, error)
 	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		scheduled = p.ZCard(ctx, q.Schedule())
+		retrying = p.ZCard(ctx, q.Retrying())
+		throughput = ReadThroughput(ctx, p, q, c.now())
 		paused = p.Exists(ctx, q.Paused())
 		trimmed = p.HGet(ctx, q.Stats(), keys.StatDeadTrimmed)
 		return nil
@@ -64,8 +116,15 @@ func (c *Client) Queue(ctx context.Context, name string) (*QueueInfo, error) {
 			return nil, fmt.Errorf("inspect %s: %s: %w", name, keys.StatDeadTrimmed, err)
 		}
 	}
+	tp, err := throughput()
+	if err != nil {
+		return nil, fmt.Errorf("inspect %s: %w", name, err)
+	}
+	if err := retrying.Err(); err != nil {
+		return nil, fmt.Errorf("inspect %s: retrying: %w", name, err)
+	}
 	info := &QueueInfo{Queue: name, Paused: paused.Val() == 1, Scheduled: scheduled.Val(), DueNow: st[0].DueNow, Dead: st[0].Dead,
-		DeadTrimmed: nTrimmed}
+		Retrying: retrying.Val(), DeadTrimmed: nTrimmed, Throughput: tp}
 	for p := keys.MaxPriority; p >= 0; p-- {
 		b := st[0].Band[p]
 		info.Priorities = append(info.Priorities, BandInfo{Priority: p, Lag: b.Lag, Pending: b.Pending})

@@ -23,10 +23,11 @@ const (
 	StateScheduled = StatusScheduled // the schedule zset, retries excepted
 	StateRetrying  = StatusRetrying  // the schedule zset, retries only
 	StateDead      = StatusDead      // the dead zset
+	StateSucceeded = StatusSucceeded // the succeeded list: the newest lua.SucceededKept, newest first
 )
 
 // ListStates are the states List accepts.
-var ListStates = []Status{StateQueued, StateRunning, StateScheduled, StateRetrying, StateDead}
+var ListStates = []Status{StateQueued, StateRunning, StateScheduled, StateRetrying, StateDead, StateSucceeded}
 
 // Listing limits.
 const (
@@ -70,7 +71,7 @@ type ListItem struct {
 	Consumer   string `json:"consumer,omitempty"`   // running: the worker holding the entry
 	IdleMS     int64  `json:"idle_ms,omitempty"`    // running: since the entry was last delivered or touched
 	Deliveries int64  `json:"deliveries,omitempty"` // running: times the entry was delivered
-	AtMS       int64  `json:"at_ms,omitempty"`      // scheduled, retrying: due time; dead: when it died
+	AtMS       int64  `json:"at_ms,omitempty"`      // scheduled, retrying: due time; dead: when it died; succeeded: when it finished
 	Missing    bool   `json:"missing,omitempty"`    // the task's record no longer exists
 	Malformed  bool   `json:"malformed,omitempty"`  // a stream entry naming no task
 	Deleted    bool   `json:"entry_gone,omitempty"` // running: the PEL names an entry the stream no longer holds
@@ -86,7 +87,8 @@ type Page struct {
 
 // List reads one page of the tasks of queue in a state, straight from the structures
 // that hold them: the band streams from the cursor (XRANGE), their pending entries
-// (XPENDING), the schedule and dead zsets by rank. It never scans the key space.
+// (XPENDING), the schedule and dead zsets by rank, the succeeded list by index. It never
+// scans the key space.
 func (c *Client) List(ctx context.Context, queue string, o ListOptions) (*Page, error) {
 	if err := keys.ValidQueue(queue); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -108,6 +110,8 @@ func (c *Client) List(ctx context.Context, queue string, o ListOptions) (*Page, 
 		return c.listZSet(ctx, q, q.Schedule(), o)
 	case StateDead:
 		return c.listZSet(ctx, q, q.Dead(), o)
+	case StateSucceeded:
+		return c.listSucceeded(ctx, q, o)
 	}
 	names := make([]string, len(ListStates))
 	for i, st := range ListStates {
@@ -451,6 +455,60 @@ func (c *Client) listZSet(ctx context.Context, q keys.Queue, key string, o ListO
 		page.Items = []ListItem{}
 	}
 	return page, nil
+}
+
+// listSucceeded pages through the succeeded list, newest first. Cursor position: the
+// entry ("MS ID") of the last item returned; the next page starts after where LPOS finds
+// it now (new successes are pushed at the other end). An entry no longer there was cut
+// off the old end with everything older: the listing is over.
+func (c *Client) listSucceeded(ctx context.Context, q keys.Queue, o ListOptions) (*Page, error) {
+	key := q.Succeeded()
+	var start int64
+	if o.Cursor != "" {
+		pos, err := decodeCursor(o.Cursor, o.State, -1)
+		if err != nil {
+			return nil, err
+		}
+		if pos == "" {
+			return nil, ErrBadCursor
+		}
+		i, err := c.rdb.LPos(ctx, key, pos, redis.LPosArgs{}).Result()
+		if errors.Is(err, redis.Nil) {
+			return &Page{Items: []ListItem{}}, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", o.State, err)
+		}
+		start = i + 1
+	}
+	vals, err := c.rdb.LRange(ctx, key, start, start+int64(o.Limit)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", o.State, err)
+	}
+	page := &Page{Items: make([]ListItem, 0, len(vals))}
+	if len(vals) > o.Limit {
+		vals = vals[:o.Limit]
+		page.Next = encodeCursor(o.State, -1, vals[o.Limit-1])
+	}
+	for _, v := range vals {
+		ms, id, ok := succeededEntry(v)
+		if !ok {
+			page.Items = append(page.Items, ListItem{Malformed: true})
+			continue
+		}
+		page.Items = append(page.Items, ListItem{ID: id, AtMS: ms})
+	}
+	if err := c.summarise(ctx, q, page.Items); err != nil {
+		return nil, err
+	}
+	return page, nil
+}
+
+// succeededEntry splits an entry of the succeeded list, "MS ID".
+func succeededEntry(v string) (ms int64, id string, ok bool) {
+	s, id, found := strings.Cut(v, " ")
+	ms, err := strconv.ParseInt(s, 10, 64)
+	return ms, id, found && err == nil && id != ""
 }
 
 func zpos(score float64, member string) string {

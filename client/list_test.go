@@ -248,7 +248,7 @@ func TestListRefusesBadInput(t *testing.T) {
 		want  error
 	}{
 		{"bad queue", "a{b}", client.ListOptions{State: client.StateQueued}, client.ErrInvalid},
-		{"bad state", "q", client.ListOptions{State: "succeeded"}, client.ErrInvalid},
+		{"bad state", "q", client.ListOptions{State: "cancelled"}, client.ErrInvalid},
 		{"limit over", "q", client.ListOptions{State: client.StateQueued, Limit: client.MaxListLimit + 1}, client.ErrInvalid},
 		{"negative limit", "q", client.ListOptions{State: client.StateQueued, Limit: -1}, client.ErrInvalid},
 		{"band 10", "q", client.ListOptions{State: client.StateQueued, Band: 10}, client.ErrInvalid},

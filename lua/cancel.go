@@ -32,10 +32,10 @@ func cancelKV(a CancelArgs) ([]string, []any, error) {
 	if a.Unique != "" {
 		u = q.Unique(a.Unique)
 	}
-	ks := make([]string, 0, 13)
+	ks := make([]string, 0, 14)
 	ks = append(ks, h, q.Schedule())
 	ks = append(ks, q.Streams[:]...)
-	ks = append(ks, u)
+	ks = append(ks, u, q.Retrying())
 	return ks, []any{keys.Group, a.NowMS, a.KeepMS, a.ID}, nil
 }
 

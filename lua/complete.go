@@ -60,10 +60,12 @@ const (
 
 func completeKV(a CompleteArgs) ([]string, []any, error) {
 	q := a.Queue
-	ks := make([]string, 0, 2+3*len(a.Items))
-	ks = append(ks, q.Schedule(), q.Dead())
-	args := make([]any, 0, 4+6*len(a.Items))
-	args = append(args, keys.Group, a.NowMS, a.KeepMS, len(a.Items))
+	hour, processed, failed := keys.ThroughputFields(a.NowMS)
+	ks := make([]string, 0, 5+3*len(a.Items))
+	ks = append(ks, q.Schedule(), q.Dead(), q.Throughput(hour), q.Succeeded(), q.Retrying())
+	args := make([]any, 0, 8+6*len(a.Items))
+	args = append(args, keys.Group, a.NowMS, a.KeepMS, len(a.Items), processed, failed,
+		ThroughputTTL.Milliseconds(), SucceededKept)
 	for _, it := range a.Items {
 		h := q.Task(it.ID)
 		u := h

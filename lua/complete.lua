@@ -7,14 +7,30 @@
 --
 -- KEYS[1]  schedule zset    PREFIX:{Q}:schedule
 -- KEYS[2]  dead zset        PREFIX:{Q}:dead
--- KEYS[3+3i], KEYS[4+3i], KEYS[5+3i] for item i (0-based):
+-- KEYS[3]  throughput hash  PREFIX:{Q}:tp:HOUR, the hour of now
+-- KEYS[4]  succeeded list   PREFIX:{Q}:succeeded
+-- KEYS[5]  retrying zset    PREFIX:{Q}:retrying
+-- KEYS[6+3i], KEYS[7+3i], KEYS[8+3i] for item i (0-based):
 --          task hash, stream of the entry, unique key (the task hash again when none)
 -- ARGV[1]  consumer group
 -- ARGV[2]  now ms
 -- ARGV[3]  retention ms of finished tasks (0: keep)
 -- ARGV[4]  n items
--- ARGV[5+6i .. 10+6i] for item i: task id, entry id, attempt,
+-- ARGV[5]  throughput field of now's minute counting completions ("p" .. minute of the hour)
+-- ARGV[6]  throughput field of now's minute counting failed attempts ("f" .. minute)
+-- ARGV[7]  lifetime ms of a throughput hash after its newest minute
+-- ARGV[8]  succeeded tasks kept in the succeeded list (the newest)
+-- ARGV[9+6i .. 14+6i] for item i: task id, entry id, attempt,
 --          outcome ("s" succeeded, "r" retry, "d" dead), result or error text, retry at ms
+--
+-- Once per call, not per item: the applied completions are added to the minute's
+-- throughput counters (the failed ones, retry or dead, to its failed counter too), the
+-- succeeded tasks ("MS ID", MS the time it succeeded) to the head of the succeeded list,
+-- which is then cut to its newest ARGV[8] (a list, not a zset by time: a push and a trim
+-- cost Redis a quarter of a zset's insert and removal, and this runs for every task).
+-- These are bookkeeping for observers: a key of another type there is skipped, never
+-- a reason to refuse an outcome. A retry is also filed in the retrying zset (removed again by
+-- sched_enqueue.lua, cancel.lua and run_now.lua), so that retries are counted by ZCARD.
 --
 -- Finished entries are XACKed and removed from the stream (XDEL, or XTRIM MINID below the
 -- oldest pending entry), so a band's XLEN stays its undelivered plus in-flight work.
@@ -44,11 +60,13 @@ end
 local group, now, keep = ARGV[1], ARGV[2], ARGV[3]
 local n = tonumber(ARGV[4])
 local out = {}
+-- applied and failed completions; the succeeded list's new entries ("MS ID")
+local applied, failed, succ = 0, 0, {}
 -- entries to XACK and XDEL, per stream: one call per stream, not one per entry
 local done, streams = {}, {}
 for i = 0, n - 1 do
-  local h, stream, ukey = KEYS[3 + 3 * i], KEYS[4 + 3 * i], KEYS[5 + 3 * i]
-  local b = 5 + 6 * i
+  local h, stream, ukey = KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i]
+  local b = 9 + 6 * i
   local id, eid, attempt, outcome, text = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
   -- pcall: a task key clobbered with another type is simply no longer this execution's
   local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry")
@@ -78,14 +96,19 @@ for i = 0, n - 1 do
         redis.call("PEXPIRE", h, keep)
         if ukey ~= h then redis.call("PEXPIRE", ukey, keep) end
       end
+      succ[#succ + 1] = now .. " " .. id
     elseif outcome == "r" then
       local at = ARGV[b + 5]
       redis.call("HINCRBY", h, "failures", 1)
       redis.call("HSET", h, "status", "retrying", "error", text, "run_at", at)
+      redis.pcall("ZADD", KEYS[5], at, id)
+      failed = failed + 1
     else
       redis.call("HINCRBY", h, "failures", 1)
       redis.call("HSET", h, "status", "dead", "error", text, "finished_at", now)
+      failed = failed + 1
     end
+    applied = applied + 1
     local list = done[stream]
     if not list then
       list = {}
@@ -120,5 +143,16 @@ for _, stream in ipairs(streams) do
     floor = nextid(newest)
   end
   redis.call("XTRIM", stream, "MINID", floor)
+end
+if applied > 0 then
+  -- The hour's hash gets its lifetime when a minute's first completion creates the
+  -- minute's field (the reply equals what was added): once a minute, not once a call.
+  local c = redis.pcall("HINCRBY", KEYS[3], ARGV[5], applied)
+  if c == applied then redis.call("PEXPIRE", KEYS[3], ARGV[7]) end
+  if failed > 0 and type(c) == "number" then redis.call("HINCRBY", KEYS[3], ARGV[6], failed) end
+end
+if #succ > 0 then
+  local len = redis.pcall("LPUSH", KEYS[4], unpack(succ))
+  if type(len) == "number" and len > tonumber(ARGV[8]) then redis.call("LTRIM", KEYS[4], 0, ARGV[8] - 1) end
 end
 return out

@@ -35,9 +35,10 @@ type SchedEnqueueResult struct {
 
 func schedEnqueueKV(a SchedEnqueueArgs) ([]string, []any, error) {
 	q := a.Queue
-	ks := make([]string, 0, 11+len(a.IDs))
+	ks := make([]string, 0, 12+len(a.IDs))
 	ks = append(ks, q.Claimed())
 	ks = append(ks, q.Streams[:]...)
+	ks = append(ks, q.Retrying())
 	args := make([]any, 0, 2+len(a.IDs))
 	args = append(args, keys.Group, a.NowMS)
 	for _, id := range a.IDs {

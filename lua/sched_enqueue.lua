@@ -7,7 +7,8 @@
 --
 -- KEYS[1]       claimed zset   PREFIX:{Q}:claimed
 -- KEYS[2..11]   streams p0..p9
--- KEYS[12..]    task hashes, one per ARGV id
+-- KEYS[12]      retrying zset  PREFIX:{Q}:retrying (a retry queued leaves it)
+-- KEYS[13..]    task hashes, one per ARGV id
 -- ARGV[1]  consumer group
 -- ARGV[2]  now ms
 -- ARGV[3..] task ids
@@ -17,7 +18,7 @@ local group, now = ARGV[1], tonumber(ARGV[2])
 local enq, dropped = {}, {}
 for i = 3, #ARGV do
   local id = ARGV[i]
-  local h = KEYS[9 + i]
+  local h = KEYS[10 + i]
   local t = redis.call("HMGET", h, "status", "priority", "attempt")
   if t[1] == "scheduled" or t[1] == "retrying" then
     local p = tonumber(t[2]) or 0
@@ -28,6 +29,7 @@ for i = 3, #ARGV do
     end
     local xid = redis.call("XADD", stream, "*", "task", id, "attempt", tonumber(t[3]) or 0)
     redis.call("HSET", h, "status", "queued", "entry", xid, "queued_at", now)
+    if t[1] == "retrying" then redis.pcall("ZREM", KEYS[12], id) end
     enq[#enq + 1] = id
   else
     dropped[#dropped + 1] = id

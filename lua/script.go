@@ -189,6 +189,9 @@ const (
 	// LeftTTL: how long a leaving process's marker keeps its claims still in flight from
 	// registering it again (leave.lua).
 	LeftTTL = time.Minute
+	// ThroughputTTL: how long a queue's hour of per-minute completion counts
+	// (PREFIX:{Q}:tp:HOUR, complete.lua) outlives its newest counted minute.
+	ThroughputTTL = 24 * time.Hour
 )
 
 // Limits the scripts apply, passed to them as arguments: written here only.
@@ -203,6 +206,12 @@ const (
 	// RescueRowsPerNote is how many unread inbox rows one rescued note takes back at
 	// most (the rows before it are as stale as it is).
 	RescueRowsPerNote = 100
+	// SucceededKept is how many recently succeeded tasks a queue's succeeded list keeps
+	// (complete.lua cuts it to the newest after each call).
+	SucceededKept = 1000
+	// DeadBatch is the most dead tasks one call of dead_requeue.lua or dead_delete.lua
+	// acts on, so that Redis is never blocked long: acting on all of them is many calls.
+	DeadBatch = 500
 )
 
 // None is the reply of a script whose outcome is its error alone.

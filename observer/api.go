@@ -76,12 +76,16 @@ func (s *Server) readQueues(c echo.Context, names []string) ([]queueView, []bool
 	ctx := c.Request().Context()
 	pipe := s.rdb.Pipeline()
 	sched := make([]*redis.IntCmd, len(names))
+	retrying := make([]*redis.IntCmd, len(names))
+	throughput := make([]func() (*client.Throughput, error), len(names))
 	paused := make([]*redis.IntCmd, len(names))
 	known := make([]*redis.BoolCmd, len(names))
 	specs := make([]queuestat.Spec, len(names))
 	for i, n := range names {
 		q := s.ks.Queue(n)
 		sched[i] = pipe.ZCard(ctx, q.Schedule())
+		retrying[i] = pipe.ZCard(ctx, q.Retrying())
+		throughput[i] = client.ReadThroughput(ctx, pipe, q, s.now())
 		paused[i] = pipe.Exists(ctx, q.Paused())
 		known[i] = pipe.SIsMember(ctx, s.ks.Queues(), n)
 		specs[i] = queuestat.Spec{Queue: n, Bands: queuestat.AllBands}
@@ -97,10 +101,13 @@ func (s *Server) readQueues(c echo.Context, names []string) ([]queueView, []bool
 		v := queueView{QueueInfo: client.QueueInfo{Queue: names[i], Priorities: []client.BandInfo{}}}
 		if st.Err != nil {
 			v.Error = st.Err.Error()
-		} else if err := firstErr(sched[i], paused[i], known[i]); err != nil {
+		} else if err := firstErr(sched[i], retrying[i], paused[i], known[i]); err != nil {
+			v.Error = err.Error()
+		} else if tp, err := throughput[i](); err != nil {
 			v.Error = err.Error()
 		} else {
 			v.Paused, v.Scheduled, v.DueNow, v.Dead = paused[i].Val() == 1, sched[i].Val(), st.DueNow, st.Dead
+			v.Retrying, v.Throughput = retrying[i].Val(), tp
 			for p := keys.MaxPriority; p >= 0; p-- {
 				b := st.Band[p]
 				v.Priorities = append(v.Priorities, client.BandInfo{Priority: p, Lag: b.Lag, Pending: b.Pending})
@@ -177,10 +184,10 @@ func (s *Server) tasks(c echo.Context) error {
 		o.State = client.StateQueued
 	}
 	if !slices.Contains(client.ListStates, o.State) {
-		if o.State == client.StatusSucceeded || o.State == client.StatusCancelled {
-			return fail(http.StatusBadRequest, "bad_state", "state: %q cannot be listed yet (finished records are not indexed); one of queued, running, scheduled, retrying, dead", o.State)
+		if o.State == client.StatusCancelled {
+			return fail(http.StatusBadRequest, "bad_state", "state: %q cannot be listed (cancelled records are not indexed); one of queued, running, scheduled, retrying, dead, succeeded", o.State)
 		}
-		return fail(http.StatusBadRequest, "bad_state", "state: %q must be one of queued, running, scheduled, retrying, dead", o.State)
+		return fail(http.StatusBadRequest, "bad_state", "state: %q must be one of queued, running, scheduled, retrying, dead, succeeded", o.State)
 	}
 	if b := c.QueryParam("band"); b != "" {
 		n, err := strconv.Atoi(b)

@@ -358,7 +358,7 @@ func TestTasksPagesWithCursors(t *testing.T) {
 	scheduledCursor := e.get("/api/v1/queues/q/tasks?state=queued&limit=1")["next_cursor"].(string)
 	for _, tc := range []struct{ query, code, says string }{
 		{"state=bogus", "bad_state", "state"},
-		{"state=succeeded", "bad_state", "cannot be listed yet"},
+		{"state=cancelled", "bad_state", "cannot be listed"},
 		{"limit=0", "bad_limit", "limit"},
 		{"limit=1001", "bad_limit", "limit"},
 		{"limit=x", "bad_limit", "limit"},

@@ -1,7 +1,8 @@
 // Package observer is dtq's read-only JSON API over queues, tasks and workers, with the
-// operator actions (pause, resume, cancel, requeue) behind a bearer token. It keeps no
-// state of its own: every answer is read from Redis when asked, so any number of
-// replicas give the same answers. See README.md for every endpoint.
+// operator actions (pause, resume, cancel, requeue, delete dead tasks, run now) behind a
+// bearer token. It keeps no state of its own: every answer is read from Redis when
+// asked, so any number of replicas give the same answers. See README.md for every
+// endpoint.
 package observer
 
 import (
@@ -124,9 +125,12 @@ func (s *Server) Handler() http.Handler {
 	for path, h := range map[string]echo.HandlerFunc{
 		"/queues/:q/pause": s.pause, "/queues/:q/resume": s.resume,
 		"/queues/:q/tasks/:id/cancel": s.cancel, "/queues/:q/dead/:id/requeue": s.requeue,
+		"/queues/:q/dead/requeue": s.requeueDead, "/queues/:q/dead/delete": s.deleteDead,
+		"/queues/:q/tasks/:id/run": s.runNow,
 	} {
 		e.POST(v1+path, h, s.actionAuth, s.bounded)
 	}
+	e.DELETE(v1+"/queues/:q/dead/:id", s.deleteOneDead, s.actionAuth, s.bounded)
 	return e
 }
 

@@ -293,8 +293,13 @@ func runResume(args []string) int {
 }
 
 func runDead(args []string) int {
-	if len(args) == 0 || (args[0] != "list" && args[0] != "requeue") {
-		fs := newFlags("dead", "dead list --queue Q [--limit N] | dead requeue --queue Q ID...", clientEnv())
+	usages := map[string]string{
+		"list":    "dead list --queue Q [--limit N]",
+		"requeue": "dead requeue --queue Q ID... | dead requeue --queue Q --all",
+		"delete":  "dead delete --queue Q ID... | dead delete --queue Q --all",
+	}
+	if len(args) == 0 || usages[args[0]] == "" {
+		fs := newFlags("dead", "dead list --queue Q [--limit N] | dead requeue --queue Q (ID... | --all) | dead delete --queue Q (ID... | --all)", clientEnv())
 		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
 			fs.SetOutput(os.Stdout)
 			fs.Usage()
@@ -305,14 +310,16 @@ func runDead(args []string) int {
 		return exitUsage
 	}
 	what := args[0]
-	fs := newFlags("dead "+what, map[string]string{"list": "dead list --queue Q [--limit N]", "requeue": "dead requeue --queue Q ID..."}[what], clientEnv())
+	fs := newFlags("dead "+what, usages[what], clientEnv())
 	r := addRedisFlags(fs)
 	queue := fs.String("queue", "default", "queue")
-	limit := fs.Int("limit", 100, "most tasks to list")
+	limit := fs.Int("limit", 100, "list: most tasks to list")
+	all := fs.Bool("all", false, "requeue, delete: every task dead now, in batches (prints a JSON summary)")
 	if code, ok := parse(fs, args[1:]); !ok {
 		return code
 	}
-	if what == "list" {
+	switch {
+	case what == "list":
 		if !noArgs("dead list", fs) {
 			return exitUsage
 		}
@@ -323,15 +330,65 @@ func runDead(args []string) int {
 			}
 			return printJSON(ts)
 		})
-	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "dtq dead requeue: want at least one task id")
+	case *all && fs.NArg() > 0, !*all && fs.NArg() == 0:
+		fmt.Fprintf(os.Stderr, "dtq dead %s: want task ids or --all, not both\n", what)
 		return exitUsage
+	case *all:
+		return withClient("dead", r, func(ctx context.Context, c *client.Client) error {
+			act := c.DeleteAllDead
+			if what == "requeue" {
+				act = c.RequeueAllDead
+			}
+			res, err := act(ctx, *queue)
+			if res != nil {
+				if perr := printJSON(res); perr != nil && err == nil {
+					err = perr
+				}
+			}
+			return err
+		})
+	case what == "delete":
+		return withClient("dead", r, func(ctx context.Context, c *client.Client) error {
+			res, err := c.DeleteDead(ctx, *queue, fs.Args())
+			if res != nil {
+				if perr := printJSON(res); perr != nil && err == nil {
+					err = perr
+				}
+			}
+			if err == nil && len(res.NotFound) > 0 {
+				err = fmt.Errorf("%d of %d: %w", len(res.NotFound), fs.NArg(), client.ErrNotFound)
+			}
+			return err
+		})
 	}
 	return withClient("dead", r, func(ctx context.Context, c *client.Client) error {
 		var errs []error
 		for _, id := range fs.Args() {
 			if err := c.Requeue(ctx, *queue, id); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			fmt.Println(id)
+		}
+		return errors.Join(errs...)
+	})
+}
+
+func runRunNow(args []string) int {
+	fs := newFlags("run-now", "run-now --queue Q ID...   (a scheduled or retrying task goes on its stream now)", clientEnv())
+	r := addRedisFlags(fs)
+	queue := fs.String("queue", "default", "queue of the tasks")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "dtq run-now: want at least one task id")
+		return exitUsage
+	}
+	return withClient("run-now", r, func(ctx context.Context, c *client.Client) error {
+		var errs []error
+		for _, id := range fs.Args() {
+			if err := c.RunNow(ctx, *queue, id); err != nil {
 				errs = append(errs, err)
 				continue
 			}

@@ -16,6 +16,9 @@
 //	PREFIX:{Q}:handed               zset: "WORKER ROWID" → time (ms): hand-offs not yet received (rescued when unread)
 //	PREFIX:{Q}:left:WORKER          string: a draining process's tag, one minute
 //	PREFIX:{Q}:stats                hash: the queue's counters (dead_trimmed)
+//	PREFIX:{Q}:retrying             zset: task id → due time (ms) of the retries among the schedule's members
+//	PREFIX:{Q}:succeeded            list: "MS ID" of the newest lua.SucceededKept succeeded tasks, newest first
+//	PREFIX:{Q}:tp:HOUR              hash: completions and failed attempts per minute of one hour, one day
 //	PREFIX:queues                   set: every queue ever enqueued to
 //	PREFIX:workers                  set: worker ids that have heartbeated
 //	PREFIX:worker:ID                hash: a worker's heartbeat, expires after 3× the interval
@@ -148,6 +151,27 @@ func (q Queue) Dead() string { return q.base + "dead" }
 // Stats is the hash of the queue's counters kept in Redis, so that they outlive the
 // worker that counted and any observer reads them (field StatDeadTrimmed).
 func (q Queue) Stats() string { return q.base + "stats" }
+
+// Retrying is the zset of the queue's retrying tasks by due time: the retries among the
+// schedule's members, so that they are counted with one ZCARD.
+func (q Queue) Retrying() string { return q.base + "retrying" }
+
+// Succeeded is the list of the queue's recently succeeded tasks, newest first: entries
+// "MS ID", MS the time it succeeded; capped (lua.SucceededKept).
+func (q Queue) Succeeded() string { return q.base + "succeeded" }
+
+// Throughput is the hash of the completions of the queue counted per minute in one hour
+// (Unix ms / 3 600 000): fields ThroughputFields names.
+func (q Queue) Throughput(hour int64) string { return q.base + "tp:" + strconv.FormatInt(hour, 10) }
+
+// ThroughputFields names, for the minute holding ms, the hour of its Throughput hash and
+// that hash's fields counting the minute's completions ("p" and the minute of the hour,
+// 0..59) and failed attempts ("f" and the minute).
+func ThroughputFields(ms int64) (hour int64, processed, failed string) {
+	minute := ms / 60000
+	m := strconv.FormatInt(minute%60, 10)
+	return minute / 60, "p" + m, "f" + m
+}
 
 // StatDeadTrimmed is the field of Stats counting the dead tasks the scheduler leader
 // deleted under the retention bounds (DTQ_DEAD_MAX, DTQ_DEAD_TTL_S).
