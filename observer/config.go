@@ -29,6 +29,8 @@ type Config struct {
 	Token string `env:"DTQ_OBSERVER_TOKEN" help:"bearer token of the actions (pause, resume, cancel, requeue), at least 16 bytes; unset: actions off"`
 	// ReadOpen: the read endpoints need no token; false: they need it too.
 	ReadOpen bool `env:"DTQ_OBSERVER_READ_OPEN, default=true" help:"read endpoints need no token (false: they need DTQ_OBSERVER_TOKEN too)"`
+	// MaxStreams: the most /api/v1/events streams served at once; one more is a 503.
+	MaxStreams int `env:"DTQ_OBSERVER_MAX_STREAMS, default=256" range:"1..10000" help:"most /api/v1/events streams open at once (beyond: 503)"`
 	// LogFormat: json, text, or auto (text on a terminal, json otherwise).
 	LogFormat string `env:"DTQ_LOG_FORMAT, default=auto" help:"json, text or auto"`
 	// LogLevel: debug, info, warn, error.
@@ -57,6 +59,9 @@ func LoadConfig(ctx context.Context, env envconfig.Lookuper) (Config, error) {
 
 // Validate checks every field.
 func (c Config) Validate() error {
+	if err := envcfg.Check(c); err != nil { // the range tags
+		return err
+	}
 	switch {
 	case c.KeyPrefix == "" || len(c.KeyPrefix) > 64 || !printable(c.KeyPrefix) || strings.ContainsAny(c.KeyPrefix, "{}"):
 		// the worker's rule: a prefix one accepts, the other does too
