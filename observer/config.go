@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/sethvargo/go-envconfig"
 
@@ -29,6 +30,12 @@ type Config struct {
 	Token string `env:"DTQ_OBSERVER_TOKEN" help:"bearer token of the actions (pause, resume, cancel, requeue), at least 16 bytes; unset: actions off"`
 	// ReadOpen: the read endpoints need no token; false: they need it too.
 	ReadOpen bool `env:"DTQ_OBSERVER_READ_OPEN, default=true" help:"read endpoints need no token (false: they need DTQ_OBSERVER_TOKEN too)"`
+	// StaleEvery: how often the stale watcher judges the workers and publishes
+	// WORKER_STALE (0 = off).
+	StaleEvery time.Duration `env:"DTQ_OBSERVER_STALE_CHECK_S, default=2" unit:"s" range:"0..60" help:"seconds between the stale watcher's passes, which publish WORKER_STALE (0 = off)"`
+	// EventsMaxLen: the approximate cap of the events stream the watcher publishes to,
+	// as the workers' (0: the watcher publishes nothing).
+	EventsMaxLen int64 `env:"DTQ_EVENTS_MAXLEN, default=10000" range:"0..100000000" help:"approximate cap of the events stream, as the workers' (0 = WORKER_STALE off)"`
 	// MaxStreams: the most /api/v1/events streams served at once; one more is a 503.
 	MaxStreams int `env:"DTQ_OBSERVER_MAX_STREAMS, default=256" range:"1..10000" help:"most /api/v1/events streams open at once (beyond: 503)"`
 	// LogFormat: json, text, or auto (text on a terminal, json otherwise).
@@ -36,6 +43,9 @@ type Config struct {
 	// LogLevel: debug, info, warn, error.
 	LogLevel string `env:"DTQ_LOG_LEVEL, default=info" help:"debug, info, warn, error"`
 }
+
+// MinStaleEvery is the shortest time between two passes of the stale watcher.
+const MinStaleEvery = 50 * time.Millisecond
 
 // MinTokenBytes is the shortest DTQ_OBSERVER_TOKEN accepted.
 const MinTokenBytes = 16
@@ -73,6 +83,8 @@ func (c Config) Validate() error {
 		return envcfg.Bad("DTQ_OBSERVER_TOKEN", fmt.Errorf("%d bytes is too short: at least %d", len(c.Token), MinTokenBytes))
 	case c.Token != "" && !printable(c.Token):
 		return envcfg.Bad("DTQ_OBSERVER_TOKEN", fmt.Errorf("must be printable ASCII without spaces"))
+	case c.StaleEvery != 0 && c.StaleEvery < MinStaleEvery:
+		return envcfg.Bad("DTQ_OBSERVER_STALE_CHECK_S", fmt.Errorf("%v must be 0 (off) or at least %v", c.StaleEvery.Seconds(), MinStaleEvery.Seconds()))
 	case !c.ReadOpen && c.Token == "":
 		return envcfg.Bad("DTQ_OBSERVER_READ_OPEN", fmt.Errorf("false needs DTQ_OBSERVER_TOKEN set"))
 	case c.LogFormat != "auto" && c.LogFormat != "json" && c.LogFormat != "text":

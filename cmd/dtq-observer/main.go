@@ -30,7 +30,8 @@ const usage = `usage: dtq observer [--check]
 
 Serves the observer's JSON API under /api/v1 (queues, tasks, workers, the events as
 Server-Sent Events; pause, resume, cancel and requeue behind DTQ_OBSERVER_TOKEN), and
-/healthz, /readyz, /metrics, on PORT. Configuration comes from the environment.
+/healthz, /readyz, /metrics, on PORT, and publishes WORKER_STALE when a worker's
+heartbeat goes stale. Configuration comes from the environment.
 
 flags:
   --check      validate the configuration, print it (password and token redacted) and exit
@@ -110,10 +111,17 @@ func run(ctx context.Context, args []string, env envconfig.Lookuper, stdout, std
 	}
 	// Shutdown waits for requests in flight: the event streams end at once.
 	srv.RegisterOnShutdown(obs.Close)
+	stale := observer.NewStaleWatcher(observer.StaleOptions{Redis: rdb, KeyPrefix: cfg.KeyPrefix,
+		Every: cfg.StaleEvery, MaxLen: cfg.EventsMaxLen, Logger: log})
+	if cfg.StaleEvery > 0 {
+		_ = stale.Start(ctx)
+	}
+	defer stale.Stop()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("observer: started", "addr", ln.Addr().String(), "redis", redisconn.Redact(cfg.RedisURL),
-		"key_prefix", cfg.KeyPrefix, "actions", cfg.Token != "", "read_open", cfg.ReadOpen)
+		"key_prefix", cfg.KeyPrefix, "actions", cfg.Token != "", "read_open", cfg.ReadOpen,
+		"stale_check_s", cfg.StaleEvery.Seconds())
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
