@@ -524,3 +524,35 @@ func TestEventsAcrossRedisRestart(t *testing.T) {
 	}
 	s.wantIDs(e.addN(2))
 }
+
+// Redis unreachable when a stream is asked for: 503, no stream, the password nowhere.
+func TestEventsRedisUnreachable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	const secret = "s3cretpassw0rd"
+	cfg, err := observer.LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{"DTQ_REDIS_URL": "redis://:" + secret + "@" + addr + "/0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Password: secret, MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	obs := observer.New(observer.Options{Config: cfg, Redis: rdb})
+	hs := httptest.NewServer(obs.Handler())
+	t.Cleanup(hs.Close)
+	t.Cleanup(obs.Close)
+	e := &streamEnv{t: t, url: hs.URL}
+	s, res := e.try("")
+	if s != nil {
+		t.Fatal("a stream opened")
+	}
+	b, _ := io.ReadAll(res.Body)
+	wantError(t, resp{status: res.StatusCode, body: string(b)}, http.StatusServiceUnavailable, "redis_unavailable", "redis unreachable")
+	if strings.Contains(string(b), secret) {
+		t.Fatalf("the password in %s", b)
+	}
+}

@@ -43,12 +43,13 @@ func staleEvents(t *testing.T, rdb *redis.Client, ks keys.Space) map[string]int 
 	return n
 }
 
-// watchers starts n stale watchers on rdb under ks, each every 50 ms.
-func watchers(t *testing.T, rdb redis.UniversalClient, ks keys.Space, n int, log *syncbuf.Buffer) []*observer.StaleWatcher {
+// watchers starts n stale watchers on srv under ks, each with a client of its own (as
+// n observer replicas), each every 50 ms.
+func watchers(t *testing.T, srv *redistest.Server, ks keys.Space, n int, log *syncbuf.Buffer) []*observer.StaleWatcher {
 	t.Helper()
 	ws := make([]*observer.StaleWatcher, n)
 	for i := range ws {
-		ws[i] = observer.NewStaleWatcher(observer.StaleOptions{Redis: rdb, KeyPrefix: ks.Prefix(), Every: observer.MinStaleEvery,
+		ws[i] = observer.NewStaleWatcher(observer.StaleOptions{Redis: srv.Client(t), KeyPrefix: ks.Prefix(), Every: observer.MinStaleEvery,
 			MaxLen: 10000, Logger: slog.New(slog.NewJSONHandler(log, nil))})
 		if err := ws[i].Start(context.Background()); err != nil {
 			t.Fatal(err)
@@ -134,7 +135,7 @@ func TestStaleWatchersWithWorkerProcesses(t *testing.T) {
 	rdb := srv.Client(t)
 	ks := keys.New(redistest.Prefix(t))
 	log := &syncbuf.Buffer{}
-	ws := watchers(t, rdb, ks, 3, log)
+	ws := watchers(t, srv, ks, 3, log)
 
 	killed := startWorker(t, bin, srv.URL(), ks.Prefix(), "w-killed")
 	termed := startWorker(t, bin, srv.URL(), ks.Prefix(), "w-termed")
