@@ -72,6 +72,7 @@ type hub struct {
 	subs    map[*subscriber]struct{}
 	started bool
 	closed  bool
+	cursor  string // the reader's: set before it starts, then its own
 }
 
 func newHub(rdb redis.UniversalClient, key string, log *slog.Logger) *hub {
@@ -81,21 +82,27 @@ func newHub(rdb redis.UniversalClient, key string, log *slog.Logger) *hub {
 
 var errHubClosed = errors.New("the observer is stopping")
 
-// subscribe adds a subscriber, starting the reader with the first one.
-func (h *hub) subscribe() (*subscriber, error) {
+// subscribe adds a subscriber, starting the reader with the first one. The reader's
+// cursor is read first, before the subscriber reads its backlog: every entry after
+// it comes in a batch, every entry up to it was in the stream before the backlog read.
+func (h *hub) subscribe(ctx context.Context) (*subscriber, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return nil, errHubClosed
 	}
-	s := &subscriber{ch: make(chan batch, subscriberBatches), dropped: make(chan struct{})}
-	h.subs[s] = struct{}{}
 	if !h.started {
-		h.started = true
+		cursor, err := lastID(ctx, h.rdb, h.key)
+		if err != nil {
+			return nil, err
+		}
+		h.started, h.cursor = true, cursor
 		h.Go(context.Background(), func(ctx context.Context) {
 			service.Supervise(ctx, "events reader", h.log, nil, h.loop)
 		})
 	}
+	s := &subscriber{ch: make(chan batch, subscriberBatches), dropped: make(chan struct{})}
+	h.subs[s] = struct{}{}
 	return s, nil
 }
 
@@ -138,21 +145,13 @@ func (h *hub) close() {
 	h.reader.Close()
 }
 
-// loop reads the stream from its end as the reader started, until ctx ends. A failed
-// read is retried (logged once per outage); the subscribers wait meanwhile, and get
-// what came during the outage after it.
+// loop reads the stream after h.cursor, until ctx ends. A failed read is retried
+// (logged once per outage); the subscribers wait meanwhile, and get what came during
+// the outage after it.
 func (h *hub) loop(ctx context.Context) error {
-	cursor := ""
 	failing := false
 	for ctx.Err() == nil {
-		var err error
-		if cursor == "" {
-			cursor, err = lastID(ctx, h.rdb, h.key)
-		}
-		var res []redis.XStream
-		if err == nil {
-			res, err = h.reader.XRead(ctx, &redis.XReadArgs{Streams: []string{h.key, cursor}, Count: readCount, Block: 0})
-		}
+		res, err := h.reader.XRead(ctx, &redis.XReadArgs{Streams: []string{h.key, h.cursor}, Count: readCount, Block: 0})
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -172,8 +171,8 @@ func (h *hub) loop(ctx context.Context) error {
 			if len(st.Messages) == 0 {
 				continue
 			}
-			h.broadcast(batch{prev: cursor, msgs: st.Messages})
-			cursor = st.Messages[len(st.Messages)-1].ID
+			h.broadcast(batch{prev: h.cursor, msgs: st.Messages})
+			h.cursor = st.Messages[len(st.Messages)-1].ID
 		}
 	}
 	return nil
@@ -306,9 +305,13 @@ func (s *Server) events(c echo.Context) error {
 		return fail(http.StatusServiceUnavailable, "too_many_streams", "%d event streams are open already (DTQ_OBSERVER_MAX_STREAMS)", limit)
 	}
 	defer s.streams.Add(-1)
-	sub, err := s.hub.subscribe()
-	if err != nil {
+	sctx, cancel := context.WithTimeout(r.Context(), streamRedisTimeout)
+	sub, err := s.hub.subscribe(sctx)
+	cancel()
+	if errors.Is(err, errHubClosed) {
 		return fail(http.StatusServiceUnavailable, "shutting_down", "%s", err)
+	} else if err != nil {
+		return err
 	}
 	defer s.hub.unsubscribe(sub)
 	s.streamsOpen.Inc()

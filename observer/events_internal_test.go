@@ -1,9 +1,11 @@
 package observer
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -16,11 +18,11 @@ func TestHubDropsASlowSubscriber(t *testing.T) {
 	t.Parallel()
 	h := newHub(redistest.Shared(t).Client(t), redistest.Prefix(t)+":events", slog.New(slog.DiscardHandler))
 	defer h.close()
-	slow, err := h.subscribe()
+	slow, err := h.subscribe(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	quick, err := h.subscribe()
+	quick, err := h.subscribe(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +50,7 @@ func TestHubDropsASlowSubscriber(t *testing.T) {
 	}
 	h.close()
 	<-quick.dropped
-	if _, err := h.subscribe(); err == nil {
+	if _, err := h.subscribe(context.Background()); err == nil {
 		t.Fatal("subscribed to a closed hub")
 	}
 }
@@ -67,5 +69,36 @@ func TestParseEntryID(t *testing.T) {
 	}
 	if a, b := mustID("1-9"), mustID("2-0"); a.cmp(b) >= 0 || b.cmp(a) <= 0 || a.cmp(a) != 0 {
 		t.Error("cmp")
+	}
+}
+
+// An entry added as soon as subscribe returned comes in a batch: the reader's cursor
+// was read before subscribe returned, not later on the reader's goroutine (where an
+// entry added meanwhile was taken for an old one and never sent).
+func TestHubCursorReadBeforeSubscribeReturns(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Shared(t).Client(t)
+	ctx := context.Background()
+	for i := range 20 {
+		key := redistest.Prefix(t) + ":events"
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []any{"type", "OLD"}})
+		h := newHub(rdb, key, slog.New(slog.DiscardHandler))
+		sub, err := h.subscribe(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []any{"type", "NEW"}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case b := <-sub.ch:
+			if len(b.msgs) != 1 || b.msgs[0].ID != id {
+				t.Fatalf("round %d: batch %+v, want the one entry %s", i, b, id)
+			}
+		case <-time.After(30 * time.Second): // only turns a hang into a failure
+			t.Fatalf("round %d: the entry added after subscribe never came", i)
+		}
+		h.close()
 	}
 }

@@ -90,7 +90,7 @@ func startWorker(t *testing.T, bin, url, prefix, id string) *workerProc {
 	t.Helper()
 	cmd := exec.Command(bin, "worker")
 	cmd.Env = append(os.Environ(), "DTQ_REDIS_URL="+url, "DTQ_KEY_PREFIX="+prefix, "DTQ_WORKER_ID="+id,
-		"DTQ_HEARTBEAT_INTERVAL_S=0.1", "DTQ_QUEUES=stale-q", "PORT=0", "DTQ_LOG_FORMAT=json", "DTQ_DRAIN_TIMEOUT_S=5",
+		"DTQ_HEARTBEAT_INTERVAL_S=0.2", "DTQ_QUEUES=stale-q", "PORT=0", "DTQ_LOG_FORMAT=json", "DTQ_DRAIN_TIMEOUT_S=5",
 		"DTQ_POLL_BLOCK_MS=200")
 	p := &workerProc{id: id, cmd: cmd, exited: make(chan struct{}), stderr: &syncbuf.Buffer{}}
 	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
