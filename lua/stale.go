@@ -17,7 +17,10 @@ var staleSrc string
 //
 // Its keys are outside any queue and in several cluster slots: it runs on a single
 // node (or a sentinel's master), not on Redis Cluster.
-var Stale = newScript("stale.lua", plain(staleSrc), staleKV, decodeStale)
+var Stale = newScript(staleName, plain(staleSrc), staleKV, decodeStale)
+
+// staleName: the workers do not load it (Load).
+const staleName = "stale.lua"
 
 // StaleMarkTTL is how long a marker of stale.lua outlives the last call that found the
 // worker's record expired: a watcher renews it on every pass while the id is in the
