@@ -132,8 +132,7 @@ func (p *Pending[R]) Result() (R, error) {
 
 // Load loads every script but trim_dead.lua (LoadTrimDead) and stale.lua (the
 // observer's, only ever Run) into the script cache of c, so that pipelined EVALSHA
-// calls find them. Script.Run falls back to EVAL by itself;
-// pipelines do not.
+// calls find them. Script.Run falls back to EVAL by itself; pipelines do not.
 func Load(ctx context.Context, c redis.Scripter) error {
 	for _, s := range all {
 		if err := s().Load(ctx, c).Err(); err != nil {
