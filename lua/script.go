@@ -38,7 +38,7 @@ type Script[A, R any] struct {
 
 func newScript[A, R any](name string, src source, kv func(A) ([]string, []any, error), decode func(A, *redis.Cmd) (R, error)) *Script[A, R] {
 	s := &Script[A, R]{name: name, src: src, kv: kv, decode: decode}
-	if name != trimDeadName {
+	if name != trimDeadName && name != staleName {
 		all = append(all, s.redis)
 	}
 	return s
@@ -130,9 +130,9 @@ func (p *Pending[R]) Result() (R, error) {
 	return p.decode(p.cmd)
 }
 
-// Load loads every script but trim_dead.lua (LoadTrimDead) into the script cache of c,
-// so that pipelined EVALSHA calls find them. Script.Run falls back to EVAL by itself;
-// pipelines do not.
+// Load loads every script but trim_dead.lua (LoadTrimDead) and stale.lua (the
+// observer's, only ever Run) into the script cache of c, so that pipelined EVALSHA
+// calls find them. Script.Run falls back to EVAL by itself; pipelines do not.
 func Load(ctx context.Context, c redis.Scripter) error {
 	for _, s := range all {
 		if err := s().Load(ctx, c).Err(); err != nil {

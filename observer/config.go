@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/sethvargo/go-envconfig"
 
@@ -35,11 +36,22 @@ type Config struct {
 	// again when the files change.
 	TLSCertFile string `env:"DTQ_OBSERVER_TLS_CERT_FILE" help:"PEM certificate: serve HTTPS (with the key); unset: plain HTTP"`
 	TLSKeyFile  string `env:"DTQ_OBSERVER_TLS_KEY_FILE" help:"PEM private key of the certificate"`
+	// StaleEvery: how often the stale watcher judges the workers and publishes
+	// WORKER_STALE (0 = off).
+	StaleEvery time.Duration `env:"DTQ_OBSERVER_STALE_CHECK_S, default=2" unit:"s" range:"0..60" help:"seconds between the stale watcher's passes, which publish WORKER_STALE (0 = off)"`
+	// EventsMaxLen: the approximate cap of the events stream the watcher publishes to,
+	// as the workers' (0: the watcher publishes nothing).
+	EventsMaxLen int64 `env:"DTQ_EVENTS_MAXLEN, default=10000" range:"0..100000000" help:"approximate cap of the events stream, as the workers' (0 = WORKER_STALE off)"`
+	// MaxStreams: the most /api/v1/events streams served at once; one more is a 503.
+	MaxStreams int `env:"DTQ_OBSERVER_MAX_STREAMS, default=256" range:"1..10000" help:"most /api/v1/events streams open at once (beyond: 503)"`
 	// LogFormat: json, text, or auto (text on a terminal, json otherwise).
 	LogFormat string `env:"DTQ_LOG_FORMAT, default=auto" help:"json, text or auto"`
 	// LogLevel: debug, info, warn, error.
 	LogLevel string `env:"DTQ_LOG_LEVEL, default=info" help:"debug, info, warn, error"`
 }
+
+// MinStaleEvery is the shortest time between two passes of the stale watcher.
+const MinStaleEvery = 50 * time.Millisecond
 
 // MinTokenBytes is the shortest DTQ_OBSERVER_TOKEN accepted.
 const MinTokenBytes = 16
@@ -63,6 +75,9 @@ func LoadConfig(ctx context.Context, env envconfig.Lookuper) (Config, error) {
 
 // Validate checks every field.
 func (c Config) Validate() error {
+	if err := envcfg.Check(c); err != nil { // the range tags
+		return err
+	}
 	switch {
 	case c.KeyPrefix == "" || len(c.KeyPrefix) > 64 || !printable(c.KeyPrefix) || strings.ContainsAny(c.KeyPrefix, "{}"):
 		// the worker's rule: a prefix one accepts, the other does too
@@ -74,6 +89,8 @@ func (c Config) Validate() error {
 		return envcfg.Bad("DTQ_OBSERVER_TOKEN", fmt.Errorf("%d bytes is too short: at least %d", len(c.Token), MinTokenBytes))
 	case c.Token != "" && !printable(c.Token):
 		return envcfg.Bad("DTQ_OBSERVER_TOKEN", fmt.Errorf("must be printable ASCII without spaces"))
+	case c.StaleEvery != 0 && c.StaleEvery < MinStaleEvery:
+		return envcfg.Bad("DTQ_OBSERVER_STALE_CHECK_S", fmt.Errorf("%v must be 0 (off) or at least %v", c.StaleEvery.Seconds(), MinStaleEvery.Seconds()))
 	case !c.ReadOpen && c.Token == "":
 		return envcfg.Bad("DTQ_OBSERVER_READ_OPEN", fmt.Errorf("false needs DTQ_OBSERVER_TOKEN set"))
 	case c.TLSCertFile != "" && c.TLSKeyFile == "":

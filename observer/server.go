@@ -6,6 +6,7 @@
 package observer
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -16,6 +17,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -39,6 +41,8 @@ type Options struct {
 	Now    func() time.Time // nil: time.Now
 	// RequestTimeout bounds the Redis work of one request (0: 5 s).
 	RequestTimeout time.Duration
+	// PingEvery is the time between the pings of an idle event stream (0: PingEvery).
+	PingEvery time.Duration
 }
 
 // Server serves the API.
@@ -54,6 +58,11 @@ type Server struct {
 	reg     *prometheus.Registry
 	reqs    *prometheus.CounterVec
 	lat     *prometheus.HistogramVec
+
+	hub         *hub         // the events stream's one reader (events.go)
+	streams     atomic.Int64 // event streams open, capped by cfg.MaxStreams
+	streamsOpen prometheus.Gauge
+	pingEvery   time.Duration
 }
 
 // New returns a server; it does not touch Redis.
@@ -71,6 +80,8 @@ func New(o Options) *Server {
 		timeout: o.RequestTimeout, reg: prometheus.NewRegistry(),
 		c: client.New(o.Redis, client.Options{Prefix: o.Config.KeyPrefix, Now: o.Now})}
 	s.token = sha256.Sum256([]byte(o.Config.Token))
+	s.hub, s.pingEvery = newHub(o.Redis, s.ks.Events(), o.Logger), cmp.Or(o.PingEvery, PingEvery)
+	s.streamsOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "dtq_observer_event_streams", Help: "Event streams open."})
 	s.reqs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "dtq_observer_requests_total", Help: "API requests served, by route and status code.",
 	}, []string{"route", "code"})
@@ -78,7 +89,7 @@ func New(o Options) *Server {
 		Name: "dtq_observer_request_seconds", Help: "Duration of API requests, by route.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 	}, []string{"route"})
-	s.reg.MustRegister(s.reqs, s.lat, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.reg.MustRegister(s.reqs, s.lat, s.streamsOpen, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return s
 }
 
@@ -122,6 +133,7 @@ func (s *Server) Handler() http.Handler {
 	} {
 		e.GET(v1+path, h, s.readAuth, s.bounded)
 	}
+	e.GET(v1+"/events", s.events, s.readAuth) // a stream: no request deadline
 	for path, h := range map[string]echo.HandlerFunc{
 		"/queues/:q/pause": s.pause, "/queues/:q/resume": s.resume,
 		"/queues/:q/tasks/:id/cancel": s.cancel, "/queues/:q/dead/:id/requeue": s.requeue,

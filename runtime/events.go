@@ -9,32 +9,35 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/service"
 )
 
 // EventType names a lifecycle event; its value is the "type" field on the events stream.
-type EventType string
+// It is keys.EventType, so that packages that must not import the runtime (the
+// observer) name the same types.
+type EventType = keys.EventType
 
-// Event types published on the capped events stream.
+// Event types published on the capped events stream (keys names them).
 const (
-	EventWorkerStarted     EventType = "WORKER_STARTED"
-	EventWorkerStopped     EventType = "WORKER_STOPPED"
-	EventTaskStarted       EventType = "TASK_STARTED"   // only with DTQ_EVENTS_VERBOSE
-	EventTaskSucceeded     EventType = "TASK_SUCCEEDED" // only with DTQ_EVENTS_VERBOSE
-	EventTaskRetrying      EventType = "TASK_RETRYING"
-	EventTaskDead          EventType = "TASK_DEAD"
-	EventTaskReclaimed     EventType = "TASK_RECLAIMED"
-	EventDuplicateAbsorbed EventType = "TASK_DUPLICATE_ABSORBED"
-	EventInvalidEntry      EventType = "TASK_INVALID_ENTRY"
-	EventFenced            EventType = "TASK_COMPLETION_FENCED"
-	EventHandedBack        EventType = "TASK_HANDED_BACK"
-	EventHandoffRescued    EventType = "TASK_HANDOFF_RESCUED"
-	EventReturned          EventType = "TASK_RETURNED_PAUSED" // delivered while its queue was paused, put back unstarted
-	EventLeaderAcquired    EventType = "SCHEDULER_LEADER_ACQUIRED"
-	EventLeaderLost        EventType = "SCHEDULER_LEADER_LOST"
-	EventScheduled         EventType = "TASKS_SCHEDULED"
-	// WORKER_STALE is defined for observers; a worker never publishes it about itself.
-	EventWorkerStale EventType = "WORKER_STALE"
+	EventWorkerStarted     = keys.EventWorkerStarted
+	EventWorkerStopped     = keys.EventWorkerStopped
+	EventTaskStarted       = keys.EventTaskStarted   // only with DTQ_EVENTS_VERBOSE
+	EventTaskSucceeded     = keys.EventTaskSucceeded // only with DTQ_EVENTS_VERBOSE
+	EventTaskRetrying      = keys.EventTaskRetrying
+	EventTaskDead          = keys.EventTaskDead
+	EventTaskReclaimed     = keys.EventTaskReclaimed
+	EventDuplicateAbsorbed = keys.EventDuplicateAbsorbed
+	EventInvalidEntry      = keys.EventInvalidEntry
+	EventFenced            = keys.EventFenced
+	EventHandedBack        = keys.EventHandedBack
+	EventHandoffRescued    = keys.EventHandoffRescued
+	EventReturned          = keys.EventReturned // delivered while its queue was paused, put back unstarted
+	EventLeaderAcquired    = keys.EventLeaderAcquired
+	EventLeaderLost        = keys.EventLeaderLost
+	EventScheduled         = keys.EventScheduled
+	// WORKER_STALE is published by observers; a worker never publishes it about itself.
+	EventWorkerStale = keys.EventWorkerStale
 )
 
 // Event is one lifecycle event.

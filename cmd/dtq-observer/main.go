@@ -30,9 +30,10 @@ import (
 
 const usage = `usage: dtq observer [--check]
 
-Serves the observer's JSON API under /api/v1 (queues, tasks, workers; pause, resume,
-cancel and requeue behind DTQ_OBSERVER_TOKEN), and /healthz, /readyz, /metrics, on
-PORT. Configuration comes from the environment.
+Serves the observer's JSON API under /api/v1 (queues, tasks, workers, the events as
+Server-Sent Events; pause, resume, cancel and requeue behind DTQ_OBSERVER_TOKEN), and
+/healthz, /readyz, /metrics, on PORT, and publishes WORKER_STALE when a worker's
+heartbeat goes stale. Configuration comes from the environment.
 
 flags:
   --check      validate the configuration, print it (password and token redacted) and exit
@@ -111,16 +112,27 @@ func run(ctx context.Context, args []string, env envconfig.Lookuper, stdout, std
 		}
 		ln = tls.NewListener(ln, tc)
 	}
+	obs := observer.New(observer.Options{Config: cfg, Redis: rdb, Logger: log})
+	defer obs.Close()
 	srv := &http.Server{
-		Handler:           observer.New(observer.Options{Config: cfg, Redis: rdb, Logger: log}).Handler(),
+		Handler:           obs.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}
+	// Shutdown waits for requests in flight: the event streams end at once.
+	srv.RegisterOnShutdown(obs.Close)
+	stale := observer.NewStaleWatcher(observer.StaleOptions{Redis: rdb, KeyPrefix: cfg.KeyPrefix,
+		Every: cfg.StaleEvery, MaxLen: cfg.EventsMaxLen, Logger: log})
+	if cfg.StaleEvery > 0 {
+		_ = stale.Start(ctx)
+	}
+	defer stale.Stop()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("observer: started", "addr", ln.Addr().String(), "redis", redisconn.Redact(cfg.RedisURL),
-		"key_prefix", cfg.KeyPrefix, "tls", cfg.TLSCertFile != "", "actions", cfg.Token != "", "read_open", cfg.ReadOpen)
+		"key_prefix", cfg.KeyPrefix, "tls", cfg.TLSCertFile != "", "actions", cfg.Token != "", "read_open", cfg.ReadOpen,
+		"stale_check_s", cfg.StaleEvery.Seconds())
 	if ready != nil {
 		ready(ln.Addr().String())
 	}

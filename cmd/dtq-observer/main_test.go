@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -150,6 +151,77 @@ func serveUntilStopped(t *testing.T, useTLS bool) {
 		t.Fatalf("exit %d:\n%s", code, log.String())
 	}
 	if !strings.Contains(log.String(), `"msg":"observer: stopped"`) {
+		t.Fatalf("log:\n%s", log.String())
+	}
+}
+
+// The observer runs the stale watcher (its WORKER_STALE comes on an event stream) and,
+// stopped, ends its open event streams rather than wait for them.
+func TestStaleWatcherAndStreamsUntilStopped(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	prefix := redistest.Prefix(t)
+	rdb := srv.Client(t)
+	// a worker id whose record expired
+	if err := rdb.SAdd(context.Background(), prefix+":workers", "w-gone").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr := make(chan string, 1)
+	done := make(chan int, 1)
+	var log syncbuf.Buffer
+	go func() {
+		done <- run(ctx, nil, envconfig.MapLookuper(map[string]string{
+			"DTQ_REDIS_URL": srv.URL(), "DTQ_KEY_PREFIX": prefix, "PORT": "0", "DTQ_LOG_FORMAT": "json",
+			"DTQ_OBSERVER_STALE_CHECK_S": "0.05",
+		}), io.Discard, &log, func(a string) { addr <- a })
+	}()
+	var base string
+	select {
+	case a := <-addr:
+		_, port, _ := net.SplitHostPort(a)
+		base = "http://127.0.0.1:" + port
+	case code := <-done:
+		t.Fatalf("exit %d before serving:\n%s", code, log.String())
+	}
+	res, err := http.Get(base + "/api/v1/events?after=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("events: %d", res.StatusCode)
+	}
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		r := bufio.NewReader(res.Body)
+		for {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- strings.TrimSuffix(l, "\n")
+		}
+	}()
+	for l := range lines {
+		if l == "event: WORKER_STALE" {
+			break
+		}
+	}
+	cancel()
+	var said bool
+	for l := range lines { // the stream ends
+		said = said || strings.Contains(l, "the observer is stopping")
+	}
+	if !said {
+		t.Error("the stream ended without saying why")
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d:\n%s", code, log.String())
+	}
+	if !strings.Contains(log.String(), "WORKER_STALE published") {
 		t.Fatalf("log:\n%s", log.String())
 	}
 }

@@ -24,6 +24,7 @@
 //	PREFIX:worker:ID                hash: a worker's heartbeat, expires after 3× the interval
 //	PREFIX:lock:scheduler           string: scheduler leader token (the worker id)
 //	PREFIX:events                   stream, capped: lifecycle events
+//	PREFIX:stale:ID                 string: the observers' WORKER_STALE marker of a worker
 package keys
 
 import (
@@ -118,6 +119,10 @@ func (s Space) SchedulerLock() string { return s.prefix + ":lock:scheduler" }
 
 // Events is the capped lifecycle event stream.
 func (s Space) Events() string { return s.prefix + ":events" }
+
+// StaleMark is the observers' marker of a worker they settled: WORKER_STALE published
+// for it, or its stop seen (stale.lua).
+func (s Space) StaleMark(id string) string { return s.prefix + ":stale:" + id }
 
 // Queue holds the keys of one queue.
 type Queue struct {
