@@ -84,9 +84,10 @@ func newEnv(t *testing.T, mod func(*observer.Config)) *env {
 	ordb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = ordb.Close() })
 	ordb.AddHook(counter{e})
-	h := observer.New(observer.Options{Config: cfg, Redis: ordb, Logger: slog.New(slog.NewJSONHandler(e.log, nil))}).Handler()
-	hs := httptest.NewServer(h)
+	obs := observer.New(observer.Options{Config: cfg, Redis: ordb, Logger: slog.New(slog.NewJSONHandler(e.log, nil))})
+	hs := httptest.NewServer(obs.Handler())
 	t.Cleanup(hs.Close)
+	t.Cleanup(obs.Close) // first: it ends the event streams, which hs.Close waits for
 	e.url = hs.URL
 	return e
 }
@@ -524,8 +525,10 @@ func TestRedisUnreachable(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, Password: secret, MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })
 	log := &syncbuf.Buffer{}
-	hs := httptest.NewServer(observer.New(observer.Options{Config: cfg, Redis: rdb, Logger: slog.New(slog.NewJSONHandler(log, nil))}).Handler())
+	obs := observer.New(observer.Options{Config: cfg, Redis: rdb, Logger: slog.New(slog.NewJSONHandler(log, nil))})
+	hs := httptest.NewServer(obs.Handler())
 	t.Cleanup(hs.Close)
+	t.Cleanup(obs.Close)
 	e := &env{t: t, url: hs.URL}
 	for _, p := range []string{"/api/v1/workers", "/api/v1/queues", "/api/v1/queues/q", "/api/v1/queues/q/tasks", "/api/v1/queues/q/tasks/x"} {
 		r := e.do(http.MethodGet, p, "")
