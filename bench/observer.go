@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/dtq/dtq/client"
 )
 
@@ -33,8 +35,9 @@ type observerResult struct {
 	ListP50MS      float64 `json:"list_p50_ms"`
 	ListP99MS      float64 `json:"list_p99_ms"`
 	Dashboards     int     `json:"dashboards"`
+	Browser        bool    `json:"browser"` // the dashboards are Chromium tabs (else HTTP clients doing what one does)
 	DashboardSecs  float64 `json:"dashboard_s"`
-	DashboardReqs  int64   `json:"dashboard_requests"`
+	DashboardReqs  int64   `json:"dashboard_requests"` // served by the observer while the dashboards were open
 	DashboardErrs  int64   `json:"dashboard_errors"`
 	EventsReceived int64   `json:"events_received"`
 	RSSIdleMB      float64 `json:"rss_idle_mb"`
@@ -54,8 +57,10 @@ func (r observerResult) figures() []figure {
 // runObserver measures a real dtq-observer process: GET /api/v1/queues over 100 queues ×
 // 10 bands; pages of GET /api/v1/queues/{q}/tasks followed by their cursors through a
 // queue of --n tasks (default 1 000 000); and the observer's resident memory at rest and
-// while ten clients do what an open dashboard does (poll the queues and the workers
-// every 2 s, and hold the event stream open) as tasks flow.
+// while ten dashboards are open as tasks flow: ten tabs of a headless Chromium (Debian's
+// chromium on PATH) on the overview, or, without Chromium, ten clients doing what an
+// open dashboard does (poll the queues and the workers every 2 s, and hold the event
+// stream open).
 func runObserver(ctx context.Context, e *benchEnv, o options) (observerResult, error) {
 	var r observerResult
 	reps := o.reps
@@ -220,11 +225,22 @@ func runObserver(ctx context.Context, e *benchEnv, o options) (observerResult, e
 		dur = 30 * time.Second
 	}
 	r.Dashboards, r.DashboardSecs = 10, dur.Seconds()
+	served0 := observerRequests(hc, base)
 	dctx, cancel := context.WithTimeout(ctx, dur)
 	defer cancel()
-	var reqs, errs, events atomic.Int64
+	var errs, events atomic.Int64
 	var wg sync.WaitGroup
-	for d := 0; d < r.Dashboards; d++ {
+	if chromium := browserPath(); chromium != "" {
+		// Real dashboards: ten tabs of one headless Chromium on the overview, which polls
+		// and streams the events as it does for an operator.
+		r.Browser = true
+		stopTabs, err := openDashboards(dctx, chromium, base+"/", r.Dashboards)
+		if err != nil {
+			return r, err
+		}
+		defer stopTabs()
+	}
+	for d := 0; d < r.Dashboards && !r.Browser; d++ {
 		wg.Add(2)
 		go func() { // polling, as the overview does
 			defer wg.Done()
@@ -232,7 +248,6 @@ func runObserver(ctx context.Context, e *benchEnv, o options) (observerResult, e
 			defer tick.Stop()
 			for {
 				for _, p := range []string{"/api/v1/queues", "/api/v1/workers"} {
-					reqs.Add(1)
 					if _, err := get(p, nil); err != nil && dctx.Err() == nil {
 						errs.Add(1)
 					}
@@ -247,7 +262,6 @@ func runObserver(ctx context.Context, e *benchEnv, o options) (observerResult, e
 		go func() { // the live event stream
 			defer wg.Done()
 			req, _ := http.NewRequestWithContext(dctx, http.MethodGet, base+"/api/v1/events", nil)
-			reqs.Add(1)
 			res, err := (&http.Client{}).Do(req)
 			if err != nil {
 				if dctx.Err() == nil {
@@ -300,7 +314,7 @@ func runObserver(ctx context.Context, e *benchEnv, o options) (observerResult, e
 	}
 	wg.Wait()
 	r.RSSDashMB = peak
-	r.DashboardReqs, r.DashboardErrs, r.EventsReceived = reqs.Load(), errs.Load(), events.Load()
+	r.DashboardReqs, r.DashboardErrs, r.EventsReceived = observerRequests(hc, base)-served0, errs.Load(), events.Load()
 	return r, nil
 }
 
@@ -317,4 +331,78 @@ func rssMB(pid int) float64 {
 		}
 	}
 	return 0
+}
+
+// browserPath is Chromium's executable on PATH, or "".
+func browserPath() string {
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// openDashboards opens n tabs of one headless Chromium on url and waits until each has
+// drawn the overview; stop closes the browser.
+func openDashboards(ctx context.Context, chromium, url string, n int) (stop func(), err error) {
+	dir, err := os.MkdirTemp("", "dtq-bench-chromium-")
+	if err != nil {
+		return nil, err
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.Headless, chromedp.DisableGPU, chromedp.UserDataDir(dir))
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, bcancel := chromedp.NewContext(actx)
+	stop = func() {
+		bcancel()
+		acancel()
+		_ = os.RemoveAll(dir)
+	}
+	// The browser starts on the first call, and lives as long as the context of that call:
+	// bctx, not a bounded child of it.
+	if err := chromedp.Do(bctx); err != nil {
+		stop()
+		return nil, fmt.Errorf("start %s: %w", chromium, err)
+	}
+	for i := 0; i < n; i++ {
+		tctx := bctx
+		if i > 0 {
+			tctx, _ = chromedp.NewContext(bctx) // a new tab; closed with the browser
+			if err := chromedp.Do(tctx); err != nil {
+				stop()
+				return nil, fmt.Errorf("dashboard tab %d: %w", i+1, err)
+			}
+		}
+		wctx, cancel := context.WithTimeout(tctx, 30*time.Second)
+		err := chromedp.Do(wctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS("main table")))
+		cancel()
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("dashboard tab %d: %w", i+1, err)
+		}
+	}
+	return stop, nil
+}
+
+// observerRequests is the requests the observer has served (its
+// dtq_observer_requests_total, every route and code), or 0 when unreadable.
+func observerRequests(hc *http.Client, base string) int64 {
+	res, err := hc.Get(base + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer res.Body.Close()
+	var n float64
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "dtq_observer_requests_total{") {
+			if i := strings.LastIndexByte(line, ' '); i > 0 {
+				v, _ := strconv.ParseFloat(line[i+1:], 64)
+				n += v
+			}
+		}
+	}
+	return int64(n)
 }
