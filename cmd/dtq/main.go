@@ -26,6 +26,7 @@ func commands() []command {
 		{"pause", "pause a queue (workers stop reading it)", runPause},
 		{"resume", "resume a paused queue", runResume},
 		{"dead", "list or requeue dead tasks", runDead},
+		{"cron", "add, list, remove, pause or resume periodic (cron) entries", runCron},
 		{"workers", "list workers with their computed liveness", runWorkers},
 		{"demo", "run workers and a burst of tasks end to end, kill a worker mid-task", runDemo},
 		{"bench", "load runs against Redis, beside asynq (go run ./bench in the source tree)", runBench},
