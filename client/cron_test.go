@@ -193,3 +193,23 @@ func TestCronTaskID(t *testing.T) {
 		}
 	}
 }
+
+// dtq inspect queue counts the queue's active entries; a due tick counts as due.
+func TestQueueInfoCountsCron(t *testing.T) {
+	t.Parallel()
+	c, rdb, ks := cronSetup(t, cronNow)
+	ctx := context.Background()
+	for _, n := range []string{"a", "b", "c"} {
+		if _, err := c.AddCron(ctx, client.CronEntry{Name: n, Spec: "@hourly", Queue: "iq", Function: "f"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.PauseCron(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	rdb.ZAdd(ctx, ks.Queue("iq").Cron(), redis.Z{Score: float64(cronNow.Add(-time.Second).UnixMilli()), Member: "a"})
+	qi, err := c.Queue(ctx, "iq")
+	if err != nil || qi.Cron != 2 || qi.DueNow != 1 {
+		t.Fatalf("queue info %+v %v; want 2 active entries, 1 due", qi, err)
+	}
+}

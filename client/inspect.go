@@ -26,11 +26,13 @@ type QueueInfo struct {
 	Lag        int64      `json:"lag"`
 	Pending    int64      `json:"pending"`
 	Scheduled  int64      `json:"scheduled"` // delayed tasks and retries waiting for their time
-	DueNow     int64      `json:"due"`       // of those, due now (a leader moves them shortly)
+	DueNow     int64      `json:"due"`       // of those and of the periodic ticks, due now (a leader moves them shortly)
 	Dead       int64      `json:"dead"`
 	// DeadTrimmed counts the dead tasks the scheduler leader deleted beyond the retention
 	// bounds (DTQ_DEAD_MAX, DTQ_DEAD_TTL_S), ever (PREFIX:{Q}:stats, field dead_trimmed).
 	DeadTrimmed int64 `json:"dead_trimmed"`
+	// Cron counts the periodic entries of this queue that are not paused (dtq cron list).
+	Cron int64 `json:"cron"`
 }
 
 // Queue reads a queue's backlog: lag and pending per priority, scheduled, due, dead, and
@@ -50,10 +52,12 @@ func (c *Client) Queue(ctx context.Context, name string) (*QueueInfo, error) {
 	var scheduled *redis.IntCmd
 	var paused *redis.IntCmd
 	var trimmed *redis.StringCmd
+	var cron *redis.IntCmd
 	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		scheduled = p.ZCard(ctx, q.Schedule())
 		paused = p.Exists(ctx, q.Paused())
 		trimmed = p.HGet(ctx, q.Stats(), keys.StatDeadTrimmed)
+		cron = p.ZCard(ctx, q.Cron())
 		return nil
 	}); err != nil && err != redis.Nil {
 		return nil, fmt.Errorf("inspect %s: %w", name, err)
@@ -65,7 +69,7 @@ func (c *Client) Queue(ctx context.Context, name string) (*QueueInfo, error) {
 		}
 	}
 	info := &QueueInfo{Queue: name, Paused: paused.Val() == 1, Scheduled: scheduled.Val(), DueNow: st[0].DueNow, Dead: st[0].Dead,
-		DeadTrimmed: nTrimmed}
+		DeadTrimmed: nTrimmed, Cron: cron.Val()}
 	for p := keys.MaxPriority; p >= 0; p-- {
 		b := st[0].Band[p]
 		info.Priorities = append(info.Priorities, BandInfo{Priority: p, Lag: b.Lag, Pending: b.Pending})
