@@ -34,6 +34,15 @@ import (
 // missed tick, "skip" fires none; the entry then goes on from the first tick within
 // the bound.
 
+// Events of periodic entries, published by the scheduler leader.
+const (
+	// EventCronFired: a tick's task was created (task: its id; detail: the entry).
+	EventCronFired EventType = "CRON_FIRED"
+	// EventCronMissed: an entry's ticks fell due while no worker ran, beyond the
+	// lateness bound (detail: the entry and its missed policy, once or skip).
+	EventCronMissed EventType = "CRON_MISSED"
+)
+
 // PeriodicTask is the task a periodic entry declared in code enqueues at each tick.
 type PeriodicTask struct {
 	Queue      string
@@ -148,6 +157,7 @@ type cronDue struct {
 type cronPlan struct {
 	cronDue
 	tasks  []client.Task
+	missed client.MissedPolicy // set when the entry missed ticks beyond the bound
 	nextMS int64
 	remove bool // the entry is gone, paused, moved or broken: take it out of the zset
 	failed bool // a fire failed: the entry stays, the next pass tries again
@@ -203,6 +213,9 @@ func (c *cron) fire(ctx context.Context, qs []keys.Queue, reads []*redis.ZSliceC
 			k++
 			switch {
 			case r.Err == nil:
+				if r.Created {
+					c.w.publish(Event{Type: EventCronFired, Queue: pl.q.Name, TaskID: r.ID, Detail: pl.name})
+				}
 			case errors.Is(r.Err, client.ErrTaskExists): // this tick fired already
 			case errors.Is(r.Err, client.ErrInvalid) || errors.Is(r.Err, client.ErrPayloadTooBig):
 				c.w.log.Warn("cron: an entry's task was refused; tick skipped", "entry", pl.name, "err", r.Err)
@@ -212,6 +225,10 @@ func (c *cron) fire(ctx context.Context, qs []keys.Queue, reads []*redis.ZSliceC
 		}
 		if pl.failed {
 			continue
+		}
+		if pl.missed != "" {
+			c.w.log.Warn("cron: an entry missed ticks while no worker ran", "entry", pl.name, "missed", pl.missed)
+			c.w.publish(Event{Type: EventCronMissed, Queue: pl.q.Name, Detail: pl.name + " " + string(pl.missed)})
 		}
 		ok, err := lua.CronAdvance.Run(ctx, c.w.rdb, lua.CronAdvanceArgs{Queue: pl.q, Name: pl.name,
 			TickMS: pl.tickMS, NextMS: pl.nextMS, Remove: pl.remove})
@@ -258,6 +275,7 @@ func (c *cron) plan(d cronDue, def *redis.StringCmd, now time.Time) cronPlan {
 	bound := cronLateness(c.w.cfg).Milliseconds()
 	t := d.tickMS
 	if nowMS-t > bound { // missed: no worker fired it in time
+		pl.missed = e.Missed
 		if e.Missed != client.MissedSkip {
 			pl.tasks = append(pl.tasks, e.Task(t))
 		}

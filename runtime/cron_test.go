@@ -138,7 +138,9 @@ func TestCronMissedTicksWithNoWorker(t *testing.T) {
 	}
 	reg := runtime.NewRegistry()
 	reg.Register("noop", func(context.Context, *runtime.Task) ([]byte, error) { return nil, nil }, runtime.FuncOptions{})
-	startWorker(t, e.rdb, e.config(t, "DTQ_QUEUES", "missq"), reg, nil)
+	rec := newRecorder()
+	rec.logOnFailure(t)
+	startWorker(t, e.rdb, e.config(t, "DTQ_QUEUES", "missq"), reg, rec)
 
 	zkey := keysQueueCron(e, "missq")
 	eventually(t, "every entry moved on", func() bool {
@@ -179,6 +181,13 @@ func TestCronMissedTicksWithNoWorker(t *testing.T) {
 	onceTasks, _ := e.rdb.Keys(ctx, e.prefix+":{missq}:t:cron-once-*").Result()
 	if len(onceTasks) != 1 {
 		t.Errorf(`"once" fired %d tasks, want 1`, len(onceTasks))
+	}
+	for _, want := range []string{"once once", "skip skip"} {
+		rec.wait(t, "CRON_MISSED "+want, func(ev runtime.Event) bool { return ev.Type == runtime.EventCronMissed && ev.Detail == want })
+	}
+	rec.wait(t, "CRON_FIRED of once", is(runtime.EventCronFired, client.CronTaskID("once", hourAgo)))
+	if n := rec.count(func(ev runtime.Event) bool { return ev.Type == runtime.EventCronMissed }); n != 2 {
+		t.Errorf("%d CRON_MISSED events, want 2 (late ticks within the bound are not missed)", n)
 	}
 	ci, _ := e.c.Cron(ctx, "once")
 	if next := time.UnixMilli(ci.NextMS); next.Month() != time.January || next.Day() != 1 || !next.After(now) {
