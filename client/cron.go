@@ -176,6 +176,9 @@ func (c *Client) putCron(ctx context.Context, e CronEntry, declare bool) (*CronI
 		o := *old
 		o.UpdatedMS = 0
 		if sameEntry(o, e) {
+			if err := c.register(ctx, e.Queue); err != nil {
+				return nil, err
+			}
 			if !e.Paused { // an entry lost from its zset waits again
 				if err := c.rdb.ZAddNX(ctx, q.Cron(), redis.Z{Score: float64(nextTick(sched, now)), Member: e.Name}).Err(); err != nil {
 					return nil, fmt.Errorf("declare cron %s: %w", e.Name, err)
