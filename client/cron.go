@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
@@ -121,6 +122,10 @@ func (c *Client) ValidateCron(e *CronEntry) error {
 	}
 	if e.TimeoutMS < 0 {
 		return fmt.Errorf("%w: timeout must not be negative", ErrInvalid)
+	}
+	if !utf8.ValidString(e.Payload) {
+		// JSON would store U+FFFD for the bytes that are not UTF-8: refused, not changed
+		return fmt.Errorf("%w: a cron entry's payload must be UTF-8 text (it is kept in the entry's JSON definition)", ErrInvalid)
 	}
 	t := e.Task(0)
 	if err := c.validate(&t); err != nil {

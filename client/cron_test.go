@@ -155,6 +155,7 @@ func TestCronBadInput(t *testing.T) {
 		{"priority", "priority", func(e *client.CronEntry) { e.Priority = 10 }},
 		{"payload", "over the limit", func(e *client.CronEntry) { e.Payload = strings.Repeat("x", 1025) }},
 		{"timeout", "timeout", func(e *client.CronEntry) { e.TimeoutMS = -1 }},
+		{"binary payload", "UTF-8", func(e *client.CronEntry) { e.Payload = "\xff\xfe" }},
 	} {
 		e := good
 		tc.edit(&e)

@@ -47,7 +47,7 @@ const (
 type PeriodicTask struct {
 	Queue      string
 	Function   string
-	Payload    []byte
+	Payload    []byte // UTF-8 text: it is kept in the entry's JSON definition
 	Priority   int
 	MaxRetries *int          // nil: the function's default
 	Timeout    time.Duration // 0: the function's default
