@@ -295,3 +295,46 @@ func (c *cron) plan(d cronDue, def *redis.StringCmd, now time.Time) cronPlan {
 	pl.nextMS = t
 	return pl
 }
+
+// heal puts back in its queue's zset, at its first tick after now, every entry that is
+// not paused and is missing from it (a failover or a restart that lost the write): the
+// definitions are the record, as the queue set is for queues. Run every 60th pass.
+// A pause or remove racing it may leave a stale member, which the pass that finds it
+// due takes out (its definition is paused or gone) without firing.
+func (c *cron) heal(ctx context.Context, now time.Time) error {
+	h, err := c.w.rdb.HGetAll(ctx, c.w.ks.Cron()).Result()
+	if err != nil || len(h) == 0 {
+		return err
+	}
+	type cand struct {
+		e     client.CronEntry
+		score *redis.FloatCmd
+	}
+	var cs []cand
+	p := c.w.rdb.Pipeline()
+	for name, raw := range h {
+		e, err := client.DecodeCron(name, raw)
+		if err != nil || e.Paused || keys.ValidCronName(name) != nil || keys.ValidQueue(e.Queue) != nil {
+			continue
+		}
+		cs = append(cs, cand{e: e, score: p.ZScore(ctx, c.w.ks.Queue(e.Queue).Cron(), name)})
+	}
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	for _, cd := range cs {
+		if !errors.Is(cd.score.Err(), redis.Nil) {
+			continue
+		}
+		sched, err := client.ParseCron(cd.e.Spec)
+		if err != nil {
+			continue
+		}
+		next := sched.Next(now).UnixMilli()
+		if err := c.w.rdb.ZAddNX(ctx, c.w.ks.Queue(cd.e.Queue).Cron(), redis.Z{Score: float64(next), Member: cd.e.Name}).Err(); err != nil {
+			return err
+		}
+		c.w.log.Warn("cron: an entry was missing from its queue's zset; added back", "entry", cd.e.Name, "queue", cd.e.Queue)
+	}
+	return nil
+}

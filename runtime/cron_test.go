@@ -220,3 +220,31 @@ func TestPeriodicRefusesBadDeclarations(t *testing.T) {
 
 // keysQueueCron is the cron zset of queue q in e's key space.
 func keysQueueCron(e *env, q string) string { return keys.New(e.prefix).Queue(q).Cron() }
+
+// An entry lost from its queue's zset (a failover that lost the write) is put back by
+// the leader from its definition; a paused one is not.
+func TestCronLostMemberHealed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := e.ctx
+	for _, n := range []string{"lost", "paused"} {
+		if _, err := e.c.AddCron(ctx, client.CronEntry{Name: n, Spec: "@yearly", Queue: "healq", Function: "noop"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.c.PauseCron(ctx, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	zkey := keysQueueCron(e, "healq")
+	if err := e.rdb.ZRem(ctx, zkey, "lost").Err(); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, e.rdb, e.config(t, "DTQ_QUEUES", "healq"), runtime.NewRegistry(), nil)
+	eventually(t, "the lost entry back in its zset", func() bool {
+		_, err := e.rdb.ZScore(ctx, zkey, "lost").Result()
+		return err == nil
+	})
+	if _, err := e.rdb.ZScore(ctx, zkey, "paused").Result(); !errors.Is(err, redis.Nil) {
+		t.Errorf("the paused entry is in the zset (%v)", err)
+	}
+}

@@ -131,6 +131,9 @@ func (s *scheduler) runOnce(ctx context.Context) error {
 		} else if n > 0 {
 			w.log.Info("scheduler: pruned expired workers", "count", n)
 		}
+		if err := s.cron.heal(ctx, now); err != nil {
+			w.log.Warn("scheduler: healing periodic entries failed", "err", err)
+		}
 	}
 	for i, q := range qs {
 		if err := s.scheduleResults(ctx, q, nowMS, ttl, claims[i], rescues[i]); err != nil {
