@@ -27,7 +27,7 @@ type QueueInfo struct {
 	Lag        int64      `json:"lag"`
 	Pending    int64      `json:"pending"`
 	Scheduled  int64      `json:"scheduled"` // delayed tasks and retries waiting for their time
-	DueNow     int64      `json:"due"`       // of those, due now (a leader moves them shortly)
+	DueNow     int64      `json:"due"`       // of those and of the periodic ticks, due now (a leader moves them shortly)
 	Dead       int64      `json:"dead"`
 	// Retrying: of Scheduled, the retries (PREFIX:{Q}:retrying).
 	Retrying int64 `json:"retrying"`
@@ -36,6 +36,8 @@ type QueueInfo struct {
 	DeadTrimmed int64 `json:"dead_trimmed"`
 	// Throughput: completions per minute over the last hour.
 	Throughput *Throughput `json:"throughput,omitempty"`
+	// Cron counts the periodic entries of this queue that are not paused (dtq cron list).
+	Cron int64 `json:"cron"`
 }
 
 // ThroughputMinutes is how many minutes a Throughput covers.
@@ -100,12 +102,14 @@ func (c *Client) Queue(ctx context.Context, name string) (*QueueInfo, error) {
 	var paused *redis.IntCmd
 	var trimmed *redis.StringCmd
 	var throughput func() (*Throughput, error)
+	var cron *redis.IntCmd
 	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		scheduled = p.ZCard(ctx, q.Schedule())
 		retrying = p.ZCard(ctx, q.Retrying())
 		throughput = ReadThroughput(ctx, p, q, c.now())
 		paused = p.Exists(ctx, q.Paused())
 		trimmed = p.HGet(ctx, q.Stats(), keys.StatDeadTrimmed)
+		cron = p.ZCard(ctx, q.Cron())
 		return nil
 	}); err != nil && err != redis.Nil {
 		return nil, fmt.Errorf("inspect %s: %w", name, err)
@@ -124,7 +128,7 @@ func (c *Client) Queue(ctx context.Context, name string) (*QueueInfo, error) {
 		return nil, fmt.Errorf("inspect %s: retrying: %w", name, err)
 	}
 	info := &QueueInfo{Queue: name, Paused: paused.Val() == 1, Scheduled: scheduled.Val(), DueNow: st[0].DueNow, Dead: st[0].Dead,
-		Retrying: retrying.Val(), DeadTrimmed: nTrimmed, Throughput: tp}
+		Retrying: retrying.Val(), DeadTrimmed: nTrimmed, Throughput: tp, Cron: cron.Val()}
 	for p := keys.MaxPriority; p >= 0; p-- {
 		b := st[0].Band[p]
 		info.Priorities = append(info.Priorities, BandInfo{Priority: p, Lag: b.Lag, Pending: b.Pending})

@@ -67,7 +67,7 @@
 //     after its own sleep overran by more than half the visibility timeout (a stalled
 //     process or machine: the owners touch theirs meanwhile); and it bounds each reclaim
 //     call, resends included, so one sent before an outage cannot run after it.
-//   - scheduler (scheduler.go, with leader.go and retention.go): every 1–1.2 s, one
+//   - scheduler (scheduler.go, with leader.go, retention.go and cron.go): every 1–1.2 s, one
 //     pipelined pass. The leader type owns the scheduler lock: SET NX PX (lock TTL) with
 //     the worker id, or, once a third of the TTL has passed since the lock was taken or
 //     renewed, lock_renew.lua (token checked); lock_release.lua at drain; its state
@@ -75,7 +75,9 @@
 //     SCHEDULER_LEADER_* events are its own. The leader moves due delayed tasks and
 //     retries of every known queue (not only its own) onto their streams, re-enqueues
 //     claims older than the lock TTL (a leader that died between its two steps left
-//     them), rescues unread hand-offs of dead workers and trims dead tasks.
+//     them), rescues unread hand-offs of dead workers and trims dead tasks. It fires
+//     periodic entries (cron.go): each due tick's task, id cron-NAME-TICK, then the
+//     entry moved on by cron_advance.lua, a compare-and-set on the tick.
 //   - heartbeat (heartbeat.go): at once and every DTQ_HEARTBEAT_INTERVAL_S, jittered, the
 //     design's hash fields (plus heartbeat_interval_ms and queues) with expiry 3× the
 //     interval, the id in dtq:workers, and touch.lua on every held entry. The scheduler

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/dtq/dtq/client"
 )
 
 // Task is what a function receives: one execution attempt of a task.
@@ -58,8 +60,9 @@ type registered struct {
 
 // Registry maps function names to functions. Safe for concurrent use.
 type Registry struct {
-	mu sync.RWMutex
-	m  map[string]*registered
+	mu   sync.RWMutex
+	m    map[string]*registered
+	cron map[string]client.CronEntry // periodic entries (cron.go)
 }
 
 // NewRegistry returns an empty registry.

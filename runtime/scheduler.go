@@ -30,10 +30,11 @@ type scheduler struct {
 	known   []string // every queue ever enqueued to, as of the last pass
 
 	retention *retention // the leader's dead-task trimming (retention.go)
+	cron      *cron      // periodic entries (cron.go)
 }
 
 func newScheduler(w *Worker, l *leader) *scheduler {
-	return &scheduler{w: w, leader: l, faults: w.newFaults("scheduler")}
+	return &scheduler{w: w, leader: l, faults: w.newFaults("scheduler"), cron: newCron(w)}
 }
 
 // Start begins the passes.
@@ -47,6 +48,7 @@ func (s *scheduler) Start(ctx context.Context) error {
 func (s *scheduler) loop(ctx context.Context) error {
 	interval := s.w.cfg.SchedulerInterval
 	for {
+		s.cron.declare(ctx) // once per process: the registry's periodic entries
 		if err := s.runOnce(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -82,8 +84,10 @@ func (s *scheduler) runOnce(ctx context.Context) error {
 	var claims []*lua.Pending[lua.SchedClaimResult]
 	var rescues []*lua.Pending[[]string]
 	var names *redis.StringSliceCmd
+	crons := make([]*redis.ZSliceCmd, len(qs))
 	if lock.wasLeader {
-		for _, q := range qs {
+		for i, q := range qs {
+			crons[i] = s.cron.queue(ctx, p, q, nowMS)
 			claims = append(claims, lua.SchedClaim.Queue(ctx, p, lua.SchedClaimArgs{Queue: q, NowMS: nowMS, Limit: schedBatch, StaleMS: nowMS - ttl}))
 			rescues = append(rescues, lua.Rescue.Queue(ctx, p, lua.RescueArgs{Queue: q, NowMS: nowMS, CutoffMS: nowMS - lua.RescueAge.Milliseconds(), Limit: rescueBatch}))
 		}
@@ -127,6 +131,9 @@ func (s *scheduler) runOnce(ctx context.Context) error {
 		} else if n > 0 {
 			w.log.Info("scheduler: pruned expired workers", "count", n)
 		}
+		if err := s.cron.heal(ctx, now); err != nil {
+			w.log.Warn("scheduler: healing periodic entries failed", "err", err)
+		}
 	}
 	for i, q := range qs {
 		if err := s.scheduleResults(ctx, q, nowMS, ttl, claims[i], rescues[i]); err != nil {
@@ -137,6 +144,9 @@ func (s *scheduler) runOnce(ctx context.Context) error {
 			continue
 		}
 		s.faults.ok(q.Name)
+	}
+	if err := s.cron.fire(ctx, qs, crons, now); err != nil {
+		w.log.Warn("scheduler: firing periodic entries failed; the next pass tries again", "err", err)
 	}
 	s.trimDead(ctx) // retention.go: dead tasks beyond DTQ_DEAD_MAX or DTQ_DEAD_TTL_S
 	return nil

@@ -7,7 +7,8 @@
 //
 // For every watched queue and priority band: lag (entries not yet delivered to group
 // dtq) and pending (delivered, not acknowledged); per queue, the scheduled tasks and
-// retries due now or within scheduledLead, plus scheduler claims in flight. Pending
+// retries due now or within scheduledLead, plus scheduler claims in flight, plus the
+// periodic entries' ticks due now or within scheduledLead. Pending
 // counts by default: a worker SIGKILLed at scale-in leaves its entries pending, and only
 // a live worker reclaims them. Due tasks count: with no worker, nobody runs the
 // scheduler. internal/queuestat reads all of it in one pipelined round trip.

@@ -249,9 +249,10 @@ func (s *signal) probe(ctx context.Context, wants []want) (present, absent []wan
 			return nil, nil, fmt.Errorf("scaler: %w", err)
 		}
 		q := s.ks.Queue(w.queue)
-		ks := make([]string, 0, keys.Bands+3)
+		ks := make([]string, 0, keys.Bands+4)
 		ks = append(ks, q.Streams[:]...)
-		ks = append(ks, q.Schedule(), q.Claimed(), q.Dead())
+		// the cron zset too: a queue whose only key is a periodic entry must wake a worker
+		ks = append(ks, q.Schedule(), q.Claimed(), q.Dead(), q.Cron())
 		cmds[i] = pipe.Exists(rctx, ks...)
 	}
 	if _, err := pipe.Exec(rctx); err != nil {

@@ -27,6 +27,7 @@ func commands() []command {
 		{"resume", "resume a paused queue", runResume},
 		{"dead", "list, requeue or delete dead tasks", runDead},
 		{"run-now", "run a scheduled or retrying task now", runRunNow},
+		{"cron", "add, list, remove, pause or resume periodic (cron) entries", runCron},
 		{"workers", "list workers with their computed liveness", runWorkers},
 		{"demo", "run workers and a burst of tasks end to end, kill a worker mid-task", runDemo},
 		{"bench", "load runs against Redis, beside asynq (go run ./bench in the source tree)", runBench},

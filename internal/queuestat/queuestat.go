@@ -77,12 +77,13 @@ type Stat struct {
 	Band  [keys.Bands]BandStat
 	// DueNow counts scheduled tasks and retries due at the read time, plus the ones a
 	// scheduler claimed and has not enqueued yet (a scheduler that died mid-pass leaves
-	// them): with no worker running, nobody moves them, so they must wake one.
+	// them), plus the periodic entries whose next tick is due (the queue's cron zset):
+	// with no worker running, nobody moves them, so they must wake one.
 	DueNow int64
 	// DueWithin[i] counts what DueNow counts, due by now+Spec.Leads[i] (so >= DueNow).
 	DueWithin []int64
-	// NextDue[i] is the due time of the first scheduled task after now+Spec.Leads[i]
-	// (zero time when there is none); read only with Spec.NextDue.
+	// NextDue[i] is the due time of the first scheduled task or periodic tick after
+	// now+Spec.Leads[i] (zero time when there is none); read only with Spec.NextDue.
 	NextDue []time.Time
 	Dead    int64 // tasks that used up their retries
 	// Err is set when Redis refused to read this queue (a key of the wrong type): the
@@ -132,6 +133,10 @@ type queueCmds struct {
 	within  []*redis.IntCmd
 	next    []*redis.ZSliceCmd
 	dead    *redis.IntCmd
+	// the queue's periodic entries (cron zset), read like the schedule
+	cronDue    *redis.IntCmd
+	cronWithin []*redis.IntCmd
+	cronNext   []*redis.ZSliceCmd
 }
 
 // Read reads every spec in one pipelined round trip, judging due times at now. The
@@ -166,18 +171,26 @@ func Read(ctx context.Context, c Getter, ks keys.Space, specs []Spec, now time.T
 			qc.bands[p] = bc
 		}
 		qc.due = pipe.ZCount(ctx, q.Schedule(), "-inf", strconv.FormatInt(nowMS, 10))
+		qc.cronDue = pipe.ZCount(ctx, q.Cron(), "-inf", strconv.FormatInt(nowMS, 10))
 		qc.claimed = pipe.ZCard(ctx, q.Claimed())
 		for _, lead := range sp.Leads {
 			at := addMS(nowMS, lead)
 			qc.within = append(qc.within, pipe.ZCount(ctx, q.Schedule(), "-inf", strconv.FormatInt(at, 10)))
+			qc.cronWithin = append(qc.cronWithin, pipe.ZCount(ctx, q.Cron(), "-inf", strconv.FormatInt(at, 10)))
 			if sp.NextDue {
 				qc.next = append(qc.next, pipe.ZRangeByScoreWithScores(ctx, q.Schedule(), &redis.ZRangeBy{
+					Min: "(" + strconv.FormatInt(at, 10), Max: "+inf", Count: 1,
+				}))
+				qc.cronNext = append(qc.cronNext, pipe.ZRangeByScoreWithScores(ctx, q.Cron(), &redis.ZRangeBy{
 					Min: "(" + strconv.FormatInt(at, 10), Max: "+inf", Count: 1,
 				}))
 			}
 		}
 		if sp.NextDue && len(sp.Leads) == 0 {
 			qc.next = append(qc.next, pipe.ZRangeByScoreWithScores(ctx, q.Schedule(), &redis.ZRangeBy{
+				Min: "(" + strconv.FormatInt(nowMS, 10), Max: "+inf", Count: 1,
+			}))
+			qc.cronNext = append(qc.cronNext, pipe.ZRangeByScoreWithScores(ctx, q.Cron(), &redis.ZRangeBy{
 				Min: "(" + strconv.FormatInt(nowMS, 10), Max: "+inf", Count: 1,
 			}))
 		}
@@ -224,22 +237,33 @@ func decode(sp Spec, qc *queueCmds) (Stat, error) {
 	if err != nil {
 		return st, fmt.Errorf("scheduler claims: %w", err)
 	}
-	st.DueNow = Add(due, claimed)
-	for _, c := range qc.within {
+	cronDue, err := qc.cronDue.Result()
+	if err != nil {
+		return st, fmt.Errorf("cron entries: %w", err)
+	}
+	st.DueNow = Add(Add(due, claimed), cronDue)
+	for i, c := range qc.within {
 		n, err := c.Result()
 		if err != nil {
 			return st, fmt.Errorf("schedule: %w", err)
 		}
-		st.DueWithin = append(st.DueWithin, Add(n, claimed))
+		cn, err := qc.cronWithin[i].Result()
+		if err != nil {
+			return st, fmt.Errorf("cron entries: %w", err)
+		}
+		st.DueWithin = append(st.DueWithin, Add(Add(n, claimed), cn))
 	}
-	for _, c := range qc.next {
-		z, err := c.Result()
+	for i, c := range qc.next {
+		t, err := first(c)
 		if err != nil {
 			return st, fmt.Errorf("schedule: %w", err)
 		}
-		var t time.Time
-		if len(z) > 0 && !math.IsNaN(z[0].Score) && !math.IsInf(z[0].Score, 0) {
-			t = time.UnixMilli(int64(z[0].Score))
+		ct, err := first(qc.cronNext[i])
+		if err != nil {
+			return st, fmt.Errorf("cron entries: %w", err)
+		}
+		if t.IsZero() || (!ct.IsZero() && ct.Before(t)) {
+			t = ct
 		}
 		st.NextDue = append(st.NextDue, t)
 	}
@@ -247,6 +271,19 @@ func decode(sp Spec, qc *queueCmds) (Stat, error) {
 		return st, fmt.Errorf("dead set: %w", err)
 	}
 	return st, nil
+}
+
+// first is the score, as a time, of the one member a ZRANGEBYSCORE … LIMIT 0 1 read
+// (zero time when there is none).
+func first(c *redis.ZSliceCmd) (time.Time, error) {
+	z, err := c.Result()
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(z) > 0 && !math.IsNaN(z[0].Score) && !math.IsInf(z[0].Score, 0) {
+		return time.UnixMilli(int64(z[0].Score)), nil
+	}
+	return time.Time{}, nil
 }
 
 func decodeBand(bc *bandCmds) (BandStat, error) {

@@ -4,6 +4,7 @@
 // faults instead. It exits 1 when an invariant broke.
 //
 //	go run ./chaos/cmd/chaos -tasks 20000 -workers 6 -kills 20 -terms 10 -freezes 6 -leader-kills 4
+//	go run ./chaos/cmd/chaos -cron -workers 3 -leader-kills 2 -cron-window 60s
 //	go run ./chaos/cmd/chaos -redis -tasks 10000 -redis-restarts 5 -conn-cuts 10 -reply-cuts 40 -long-outages 3
 //
 // Either kind takes the keyspace and client faults too: -bursts, -pauses, -broken-keys, -broken-schedules,
@@ -55,7 +56,12 @@ func main() {
 	flag.Uint64Var(&o.Seed, "seed", 0, "random seed (0: random)")
 	flag.StringVar(&o.Dir, "dir", "", "ledger, logs, AOF and report.json directory (default: temporary)")
 	asJSON := flag.Bool("json", false, "print the report as JSON")
+	cron := flag.Bool("cron", false, "instead: a periodic entry fired while the scheduler leader is killed (-workers, -leader-kills, -cron-window)")
+	cronWindow := flag.Duration("cron-window", time.Minute, "with -cron: the window of 1 s ticks counted")
 	flag.Parse()
+	if *cron {
+		os.Exit(runCron(*cronWindow, o.Workers, o.LeaderKills, o.Dir))
+	}
 	o.InProcess = *redisFaults
 	o.Log = os.Stderr
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -78,4 +84,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// runCron runs chaos.RunCron and prints its report; it returns the exit code.
+func runCron(window time.Duration, workers, leaderKills int, dir string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := chaos.RunCron(ctx, chaos.CronOptions{Workers: workers, Window: window, LeaderKills: leaderKills, Dir: dir, Log: os.Stderr})
+	fmt.Println(rep.String())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }
