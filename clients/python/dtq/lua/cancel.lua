@@ -7,6 +7,7 @@
 -- KEYS[2]      schedule zset    PREFIX:{Q}:schedule
 -- KEYS[3..12]  streams p0..p9
 -- KEYS[13]     unique key (the task hash again when none)
+-- KEYS[14]     retrying zset    PREFIX:{Q}:retrying
 -- ARGV[1]  consumer group
 -- ARGV[2]  now ms
 -- ARGV[3]  retention ms (0: keep)
@@ -27,6 +28,7 @@ if status == "queued" then
   end
 elseif status == "scheduled" or status == "retrying" then
   redis.call("ZREM", KEYS[2], ARGV[4])
+  if status == "retrying" then redis.pcall("ZREM", KEYS[14], ARGV[4]) end
 else
   return {0, status}
 end
