@@ -53,6 +53,10 @@ type Fault struct {
 	// Probes of a broken key: "queue\x00id" of quick tasks enqueued on the other queues
 	// as the key broke; each of those queues must start one before it is mended.
 	Probes []string `json:"-"`
+	// HandedDead holds the probes the enqueue handed to a waiting worker that was gone
+	// (killed or frozen): they wait for the leader's rescue, so their queue may start
+	// nothing in the window without a stall.
+	HandedDead map[string]bool `json:"-"`
 }
 
 // Spec is a task as the harness enqueued it.
@@ -111,7 +115,10 @@ type Findings struct {
 	// BrokenStalls counts other queues that started nothing (their probes waiting) while
 	// a key of one queue was broken.
 	BrokenStalls int `json:"broken_stalls"`
-	Unexplained  int `json:"unexplained"` // re-executions no fault on their worker explains
+	// BrokenProbesHandedDead counts probes of a broken key handed to a gone worker (not
+	// stalls: the leader's rescue runs them).
+	BrokenProbesHandedDead int `json:"broken_probes_handed_dead"`
+	Unexplained            int `json:"unexplained"` // re-executions no fault on their worker explains
 	// LateFinishes are executions that finished after a newer attempt of their task had
 	// started (a frozen worker resuming): their completion must have been fenced off.
 	LateFinishes int `json:"late_finishes"`
@@ -399,7 +406,10 @@ func (f *Findings) checkBroken(execs []*Exec, faults []Fault) {
 		ran := map[string]bool{} // queue -> started a task in the window
 		for _, p := range ft.Probes {
 			q, _, _ := strings.Cut(p, "\x00")
-			ran[q] = false
+			ran[q] = ran[q] || ft.HandedDead[p]
+			if ft.HandedDead[p] {
+				f.BrokenProbesHandedDead++
+			}
 		}
 		for _, e := range execs {
 			if _, other := ran[e.Queue]; other && !e.Start.Before(ft.At) && e.Start.Before(ft.End) {

@@ -64,6 +64,15 @@ func TestAnalyzeBrokenKeyStall(t *testing.T) {
 	if f.BrokenStalls != 1 || len(f.Violations()) != 1 {
 		t.Fatalf("stalls %d, violations %v; want 1 (queue c)", f.BrokenStalls, f.Violations())
 	}
+
+	// The same late start, when the enqueue had handed queue c's probe to a waiting
+	// worker that was gone: the leader's rescue ran it, no stall.
+	faults[0].HandedDead = map[string]bool{"c\x00probe": true}
+	f = chaos.Analyze(specs, finals, []*chaos.Exec{pb, pc}, faults)
+	if f.BrokenStalls != 0 || f.BrokenProbesHandedDead != 1 || len(f.Violations()) != 0 {
+		t.Fatalf("stalls %d, handed to a gone worker %d, violations %v; want 0, 1, none",
+			f.BrokenStalls, f.BrokenProbesHandedDead, f.Violations())
+	}
 }
 
 // Re-executions after an outage longer than the visibility timeout are counted apart

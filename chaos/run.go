@@ -201,7 +201,7 @@ func (r Report) String() string {
 		r.PauseHeld+r.PauseStraddle+r.PauseStarts, r.PauseHeld, r.PauseStraddle, r.PauseStarts, r.PauseReturned)
 	p("  registry          %d deletions, %d while the leader did not serve every queue; %d queues whose delayed task or retry did not move within 10 s (violations)",
 		r.RegistryDeletes, r.RegistryPartialLeader, r.RegistryStalls)
-	p("  broken keys       %d queues that started nothing while another queue's key was broken (violations)", r.BrokenStalls)
+	p("  broken keys       %d queues that started nothing while another queue's key was broken (violations); %d probes handed to a gone worker's registration (the leader's rescue ran them)", r.BrokenStalls, r.BrokenProbesHandedDead)
 	p("  outcome           %d succeeded, %d dead (%d planned, %d out of retries after lost workers)", r.Succeeded, r.Dead, r.DeadPlanned, r.DeadWorkerLost)
 	p("  lost              %d (%d left retrying by a failure recorded while their schedule was broken)", r.Lost, r.LostBrokenSchedule)
 	p("  duplicate starts  %d", r.DuplicateStarts)

@@ -116,6 +116,23 @@ func (s *supervisor) byID(id string) *proc {
 	return nil
 }
 
+// running reports whether the worker id is a current process that has neither exited
+// nor is frozen.
+func (s *supervisor) running(id string) bool {
+	p := s.byID(id)
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return false
+	default:
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.frozen
+}
+
 // kill SIGKILLs p and waits until it is gone.
 func (s *supervisor) kill(p *proc) {
 	p.expect()
