@@ -2,6 +2,7 @@ package observer
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -68,23 +69,30 @@ func orEmpty(s []string) []string {
 	return s
 }
 
-// requeueDead requeues the dead tasks named in the body, or all of them.
-func (s *Server) requeueDead(c echo.Context) error {
+// bulkDead reads a bulk action on dead tasks (the queue, and the ids or all) and runs
+// it: all when the body says so, some for the ids named.
+func (s *Server) bulkDead(c echo.Context, all func(ctx context.Context, q string) (*client.DeadResult, error),
+	some func(ctx context.Context, q string, ids []string) (*client.DeadResult, error)) (string, deadBody, *client.DeadResult, error) {
 	q, err := s.queueParam(c)
 	if err != nil {
-		return err
+		return "", deadBody{}, nil, err
 	}
 	b, err := readDeadBody(c)
 	if err != nil {
-		return err
+		return "", deadBody{}, nil, err
 	}
-	ctx := c.Request().Context()
 	var res *client.DeadResult
 	if b.All {
-		res, err = s.c.RequeueAllDead(ctx, q)
+		res, err = all(c.Request().Context(), q)
 	} else {
-		res, err = s.c.RequeueDead(ctx, q, b.IDs)
+		res, err = some(c.Request().Context(), q, b.IDs)
 	}
+	return q, b, res, err
+}
+
+// requeueDead requeues the dead tasks named in the body, or all of them.
+func (s *Server) requeueDead(c echo.Context) error {
+	q, b, res, err := s.bulkDead(c, s.c.RequeueAllDead, s.c.RequeueDead)
 	if err != nil {
 		return err
 	}
@@ -95,21 +103,7 @@ func (s *Server) requeueDead(c echo.Context) error {
 
 // deleteDead deletes the dead tasks named in the body, or all of them.
 func (s *Server) deleteDead(c echo.Context) error {
-	q, err := s.queueParam(c)
-	if err != nil {
-		return err
-	}
-	b, err := readDeadBody(c)
-	if err != nil {
-		return err
-	}
-	ctx := c.Request().Context()
-	var res *client.DeadResult
-	if b.All {
-		res, err = s.c.DeleteAllDead(ctx, q)
-	} else {
-		res, err = s.c.DeleteDead(ctx, q, b.IDs)
-	}
+	q, b, res, err := s.bulkDead(c, s.c.DeleteAllDead, s.c.DeleteDead)
 	if err != nil {
 		return err
 	}
