@@ -60,14 +60,14 @@ func (h *harness) injectAll(ctx context.Context) error {
 func (h *harness) inject(ctx context.Context, kind string, n int) error {
 	switch kind {
 	case FaultKill:
-		procs := h.sup.current()
+		procs := h.sup.unfrozen()
 		return h.killAndRestart(ctx, FaultKill, procs[h.intn(len(procs))])
 	case FaultLeaderKill:
 		var p *proc
 		found := waitFor(ctx, 10*time.Second, func() bool {
 			id, err := h.rdb.Get(ctx, h.ks.SchedulerLock()).Result()
 			p = nil
-			if err == nil {
+			if err == nil && h.sup.running(id) {
 				p = h.sup.byID(id)
 			}
 			return p != nil
@@ -78,7 +78,7 @@ func (h *harness) inject(ctx context.Context, kind string, n int) error {
 		}
 		return h.killAndRestart(ctx, FaultLeaderKill, p)
 	case FaultTerm:
-		procs := h.sup.current()
+		procs := h.sup.unfrozen()
 		p := procs[h.intn(len(procs))]
 		h.waitReady(ctx, p)
 		at := time.Now()
@@ -264,6 +264,9 @@ func (h *harness) freeze(ctx context.Context, n int) error {
 	// Taken over: a later attempt, or — when the probe had been handed to the worker
 	// and it froze before reading it — the leader's rescue put it back and a peer
 	// started it afresh (attempt 1 again, another worker).
+	// The peer must have started its attempt (its ledger says so), not only claimed it:
+	// a resumed worker finishing between a peer's claim and that peer's start is fenced
+	// off just the same, but it is not the late finish this fault is there to show.
 	reclaimed := waitFor(ctx, limit, func() bool {
 		v, err := h.rdb.HMGet(ctx, key, "attempt", "worker").Result()
 		if err != nil || len(v) != 2 {
@@ -272,7 +275,11 @@ func (h *harness) freeze(ctx context.Context, n int) error {
 		as, _ := v[0].(string)
 		w, _ := v[1].(string)
 		a, _ := strconv.ParseInt(as, 10, 64)
-		return a > attempt || (a == attempt && w != "" && w != p.id)
+		if !(a > attempt || (a == attempt && w != "" && w != p.id)) {
+			return false
+		}
+		peer := h.sup.byID(w)
+		return peer != nil && h.ledgerHas(peer, "S", s.Queue, id, a)
 	})
 	h.sup.thaw(p)
 	end := time.Now()

@@ -116,6 +116,23 @@ func (s *supervisor) byID(id string) *proc {
 	return nil
 }
 
+// unfrozen is the current processes but a frozen one, so that a kill or a SIGTERM does
+// not take the process a freeze fault is holding (its resumed, fenced completion is
+// what that fault is for); all of them when every one is frozen.
+func (s *supervisor) unfrozen() []*proc {
+	all := s.current()
+	out := make([]*proc, 0, len(all))
+	for _, p := range all {
+		if s.running(p.id) {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return all
+	}
+	return out
+}
+
 // running reports whether the worker id is a current process that has neither exited
 // nor is frozen.
 func (s *supervisor) running(id string) bool {
