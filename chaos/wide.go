@@ -206,6 +206,15 @@ redis.call("DEL", KEYS[1])
 if redis.call("EXISTS", KEYS[2]) == 1 then redis.call("RENAME", KEYS[2], KEYS[1]) end
 return 1`)
 
+// workerGone reports whether the worker id is not a running, unfrozen process of the
+// run. Workers run in this process (InProcess) are never killed or frozen.
+func (h *harness) workerGone(id string) bool {
+	if h.ip != nil {
+		return false
+	}
+	return !h.sup.running(id)
+}
+
 // breakKey turns one band stream of one queue (or its schedule zset)
 // into a string for 1–1.2 s — under the visibility timeout, so a running task whose
 // heartbeats that queue's key refuses is not taken over — and mends it. What the key
@@ -267,7 +276,7 @@ func (h *harness) breakKey(ctx context.Context, n int, schedule bool) error {
 	handedDead := map[string]bool{}
 	for i, sp := range specs {
 		w, _ := h.rdb.HGet(ctx, h.ks.Queue(sp.Queue).Task(sp.ID), "worker").Result()
-		if w != "" && !h.sup.running(w) {
+		if w != "" && h.workerGone(w) {
 			handedDead[probes[i]] = true
 		}
 	}
