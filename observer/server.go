@@ -129,13 +129,14 @@ func (s *Server) Handler() http.Handler {
 	const v1 = "/api/v1"
 	for path, h := range map[string]echo.HandlerFunc{
 		"/workers": s.workers, "/queues": s.queues, "/queues/:q": s.queue,
-		"/queues/:q/tasks": s.tasks, "/queues/:q/tasks/:id": s.task,
+		"/queues/:q/tasks": s.tasks, "/queues/:q/tasks/:id": s.task, "/cron": s.cronList,
 	} {
 		e.GET(v1+path, h, s.readAuth, s.bounded)
 	}
 	e.GET(v1+"/events", s.events, s.readAuth) // a stream: no request deadline
 	for path, h := range map[string]echo.HandlerFunc{
 		"/queues/:q/pause": s.pause, "/queues/:q/resume": s.resume,
+		"/cron/:name/pause": s.cronPause, "/cron/:name/resume": s.cronResume,
 		"/queues/:q/tasks/:id/cancel": s.cancel, "/queues/:q/dead/:id/requeue": s.requeue,
 		"/queues/:q/dead/requeue": s.requeueDead, "/queues/:q/dead/delete": s.deleteDead,
 		"/queues/:q/tasks/:id/run": s.runNow,
