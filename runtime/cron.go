@@ -34,15 +34,6 @@ import (
 // missed tick, "skip" fires none; the entry then goes on from the first tick within
 // the bound.
 
-// Events of periodic entries, published by the scheduler leader.
-const (
-	// EventCronFired: a tick's task was created (task: its id; detail: the entry).
-	EventCronFired EventType = "CRON_FIRED"
-	// EventCronMissed: an entry's ticks fell due while no worker ran, beyond the
-	// lateness bound (detail: the entry and its missed policy, once or skip).
-	EventCronMissed EventType = "CRON_MISSED"
-)
-
 // PeriodicTask is the task a periodic entry declared in code enqueues at each tick.
 type PeriodicTask struct {
 	Queue      string

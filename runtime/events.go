@@ -36,6 +36,9 @@ const (
 	EventLeaderAcquired    = keys.EventLeaderAcquired
 	EventLeaderLost        = keys.EventLeaderLost
 	EventScheduled         = keys.EventScheduled
+	EventDeadTrimmed       = keys.EventDeadTrimmed // retention.go
+	EventCronFired         = keys.EventCronFired   // cron.go
+	EventCronMissed        = keys.EventCronMissed  // cron.go
 	// WORKER_STALE is published by observers; a worker never publishes it about itself.
 	EventWorkerStale = keys.EventWorkerStale
 )
@@ -52,18 +55,19 @@ type Event struct {
 }
 
 func (e Event) values() []any {
-	v := []any{"type", string(e.Type), "worker", e.Worker, "ts", strconv.FormatInt(e.Time.UnixMilli(), 10)}
+	v := []any{keys.EventFieldType, string(e.Type), keys.EventFieldWorker, e.Worker,
+		keys.EventFieldTS, strconv.FormatInt(e.Time.UnixMilli(), 10)}
 	if e.Queue != "" {
-		v = append(v, "queue", e.Queue)
+		v = append(v, keys.EventFieldQueue, e.Queue)
 	}
 	if e.TaskID != "" {
-		v = append(v, "task", e.TaskID)
+		v = append(v, keys.EventFieldTask, e.TaskID)
 	}
 	if e.Attempt != 0 {
-		v = append(v, "attempt", strconv.FormatInt(e.Attempt, 10))
+		v = append(v, keys.EventFieldAttempt, strconv.FormatInt(e.Attempt, 10))
 	}
 	if e.Detail != "" {
-		v = append(v, "detail", e.Detail)
+		v = append(v, keys.EventFieldDetail, e.Detail)
 	}
 	return v
 }

@@ -22,10 +22,6 @@ const (
 	deadTrimRounds = 25  // most calls on one queue in one pass: 5 000 deletions
 )
 
-// EventDeadTrimmed says the scheduler leader deleted dead tasks of a queue under the
-// retention bounds; Detail is how many.
-const EventDeadTrimmed EventType = "DEAD_TASKS_TRIMMED"
-
 // retention is the leader's trimming state; only the scheduler's goroutine uses it.
 type retention struct {
 	next    int64           // w.now() in unix ms when every queue is looked at again

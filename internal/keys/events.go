@@ -23,7 +23,13 @@ const (
 	EventLeaderAcquired    EventType = "SCHEDULER_LEADER_ACQUIRED"
 	EventLeaderLost        EventType = "SCHEDULER_LEADER_LOST"
 	EventScheduled         EventType = "TASKS_SCHEDULED"
-	EventDeadTrimmed       EventType = "DEAD_TASKS_TRIMMED"
+	EventDeadTrimmed       EventType = "DEAD_TASKS_TRIMMED" // detail: how many
+	// EventCronFired: a periodic entry's tick created its task (task: its id; detail:
+	// the entry).
+	EventCronFired EventType = "CRON_FIRED"
+	// EventCronMissed: an entry's ticks fell due while no worker ran, beyond the
+	// lateness bound (detail: the entry and its missed policy, once or skip).
+	EventCronMissed EventType = "CRON_MISSED"
 	// EventWorkerStale is published by the observers' stale watcher (stale.lua), once
 	// per worker going stale; a worker never publishes it about itself.
 	EventWorkerStale EventType = "WORKER_STALE"
