@@ -143,10 +143,8 @@ func decodeCursor(cur string, state Status, band int) (string, error) {
 
 // validEntryID reports whether s is a stream id ms-seq.
 func validEntryID(s string) bool {
-	ms, seq, ok := strings.Cut(s, "-")
-	_, e1 := strconv.ParseUint(ms, 10, 64)
-	_, e2 := strconv.ParseUint(seq, 10, 64)
-	return ok && e1 == nil && e2 == nil
+	_, ok := keys.ParseEntryID(s)
+	return ok
 }
 
 // listStream pages through the entries of the band streams, band 9 first and by entry
@@ -335,27 +333,9 @@ func compareIDs(a, b string) int {
 	if b == "-" {
 		return 1
 	}
-	am, as := splitID(a)
-	bm, bs := splitID(b)
-	switch {
-	case am != bm:
-		if am < bm {
-			return -1
-		}
-		return 1
-	case as < bs:
-		return -1
-	case as > bs:
-		return 1
-	}
-	return 0
-}
-
-func splitID(s string) (uint64, uint64) {
-	a, b, _ := strings.Cut(s, "-")
-	x, _ := strconv.ParseUint(a, 10, 64)
-	y, _ := strconv.ParseUint(b, 10, 64)
-	return x, y
+	ai, _ := keys.ParseEntryID(a)
+	bi, _ := keys.ParseEntryID(b)
+	return ai.Compare(bi)
 }
 
 // listZSet pages through a zset by score, then member (the zset's own order). Zset

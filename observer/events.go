@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -190,50 +189,16 @@ func lastID(ctx context.Context, rdb redis.UniversalClient, key string) (string,
 	return ms[0].ID, nil
 }
 
-// entryID is a parsed stream entry id.
-type entryID struct{ ms, seq uint64 }
-
-// parseEntryID reads MS-SEQ, or MS alone (as MS-0).
-func parseEntryID(s string) (entryID, bool) {
-	msPart, seqPart, hasSeq := strings.Cut(s, "-")
-	ms, err := strconv.ParseUint(msPart, 10, 64)
-	if err != nil || msPart == "" || msPart[0] == '+' {
-		return entryID{}, false
+// parseEntryID reads a cursor: MS-SEQ, or MS alone (as MS-0).
+func parseEntryID(s string) (keys.EntryID, bool) {
+	if !strings.Contains(s, "-") {
+		s += "-0"
 	}
-	var seq uint64
-	if hasSeq {
-		if seq, err = strconv.ParseUint(seqPart, 10, 64); err != nil || seqPart == "" || seqPart[0] == '+' {
-			return entryID{}, false
-		}
-	}
-	return entryID{ms, seq}, true
-}
-
-func (a entryID) String() string {
-	return strconv.FormatUint(a.ms, 10) + "-" + strconv.FormatUint(a.seq, 10)
-}
-
-func (a entryID) cmp(b entryID) int {
-	switch {
-	case a.ms != b.ms:
-		return cmpU(a.ms, b.ms)
-	default:
-		return cmpU(a.seq, b.seq)
-	}
-}
-
-func cmpU(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return keys.ParseEntryID(s)
 }
 
 // mustID parses an id Redis gave.
-func mustID(s string) entryID {
+func mustID(s string) keys.EntryID {
 	id, _ := parseEntryID(s)
 	return id
 }
@@ -288,7 +253,7 @@ func (s *Server) events(c echo.Context) error {
 	if cursor == "" {
 		cursor, source = c.QueryParam("after"), "after"
 	}
-	var after entryID
+	var after keys.EntryID
 	resume := cursor != ""
 	if resume {
 		var ok bool
@@ -326,7 +291,7 @@ func (s *Server) events(c echo.Context) error {
 	if resume {
 		var oldest []redis.XMessage
 		oldest, err = s.rdb.XRangeN(rctx, s.ks.Events(), "-", "+", 1).Result()
-		if err == nil && len(oldest) == 1 && after != (entryID{}) && after.cmp(mustID(oldest[0].ID)) < 0 {
+		if err == nil && len(oldest) == 1 && after != (keys.EntryID{}) && after.Compare(mustID(oldest[0].ID)) < 0 {
 			note = fmt.Sprintf(": %s %s is older than the oldest event kept (%s): resuming from the oldest; the events between were trimmed\n\n",
 				source, after, oldest[0].ID)
 		}
@@ -352,7 +317,7 @@ func (s *Server) events(c echo.Context) error {
 		var b strings.Builder
 		for _, m := range ms {
 			id := mustID(m.ID)
-			if id.cmp(last) <= 0 {
+			if id.Compare(last) <= 0 {
 				continue
 			}
 			b.WriteString(formatEvent(m))
@@ -404,7 +369,7 @@ func (s *Server) events(c echo.Context) error {
 			// The reader read this batch after b.prev: what came between the last event
 			// sent and b.prev (before this stream subscribed, or in batches it missed)
 			// is read from Redis first.
-			if mustID(b.prev).cmp(last) > 0 {
+			if mustID(b.prev).Compare(last) > 0 {
 				err = catchUp(b.prev)
 			}
 			if err == nil {

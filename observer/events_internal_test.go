@@ -67,7 +67,7 @@ func TestParseEntryID(t *testing.T) {
 			t.Errorf("parseEntryID(%q) = %v, want refused", in, id)
 		}
 	}
-	if a, b := mustID("1-9"), mustID("2-0"); a.cmp(b) >= 0 || b.cmp(a) <= 0 || a.cmp(a) != 0 {
+	if a, b := mustID("1-9"), mustID("2-0"); a.Compare(b) >= 0 || b.Compare(a) <= 0 || a.Compare(a) != 0 {
 		t.Error("cmp")
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -317,10 +315,8 @@ func (w *watcher) block(ctx context.Context, reader *blockread.Reader, next wake
 		return false, time.Time{}, err
 	}
 	var at time.Time
-	if ms, _, ok := strings.Cut(xs[0].Messages[0].ID, "-"); ok {
-		if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
-			at = time.UnixMilli(n)
-		}
+	if id, ok := keys.ParseEntryID(xs[0].Messages[0].ID); ok {
+		at = id.Time()
 	}
 	return true, at, nil
 }
