@@ -71,13 +71,10 @@ func (r *Registry) Periodic(name, spec string, t PeriodicTask) error {
 
 // PeriodicNames lists the registry's declared entries, sorted.
 func (r *Registry) PeriodicNames() []string {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
 	var out []string
-	for n := range r.cron {
-		out = append(out, n)
+	for _, e := range r.periodicEntries() {
+		out = append(out, e.Name)
 	}
-	sort.Strings(out)
 	return out
 }
 
