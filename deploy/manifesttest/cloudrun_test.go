@@ -66,6 +66,21 @@ func runEnv(t *testing.T, what string, c *runv1.Container) map[string]string {
 	return env
 }
 
+// checkRunProbes: a Cloud Run container's startup and liveness probes are HTTP GETs of
+// /healthz on the port its binary serves.
+func checkRunProbes(t *testing.T, what string, c *runv1.Container, port int) {
+	t.Helper()
+	for name, pr := range map[string]*runv1.Probe{"startupProbe": c.StartupProbe, "livenessProbe": c.LivenessProbe} {
+		if pr == nil || pr.HttpGet == nil {
+			t.Errorf("%s: no HTTP %s", what, name)
+			continue
+		}
+		if pr.HttpGet.Path != scalerHealthz || int(pr.HttpGet.Port) != port {
+			t.Errorf("%s: %s on %s:%d, the binary serves %s on %d", what, name, pr.HttpGet.Path, pr.HttpGet.Port, scalerHealthz, port)
+		}
+	}
+}
+
 func onlyContainer(t *testing.T, what string, spec *runv1.RevisionSpec, name string) *runv1.Container {
 	t.Helper()
 	for _, c := range spec.Containers {
@@ -162,15 +177,7 @@ func TestCloudRunScaler(t *testing.T) {
 	env := runEnv(t, what, c)
 	env["PORT"] = strconv.FormatInt(c.Ports[0].ContainerPort, 10)
 	cfg := scalerConfig(t, what, env, nil)
-	for name, pr := range map[string]*runv1.Probe{"startupProbe": c.StartupProbe, "livenessProbe": c.LivenessProbe} {
-		if pr == nil || pr.HttpGet == nil {
-			t.Errorf("%s: no HTTP %s", what, name)
-			continue
-		}
-		if pr.HttpGet.Path != scalerHealthz || int(pr.HttpGet.Port) != cfg.Port {
-			t.Errorf("%s: %s on %s:%d, the scaler serves %s on %d", what, name, pr.HttpGet.Path, pr.HttpGet.Port, scalerHealthz, cfg.Port)
-		}
-	}
+	checkRunProbes(t, what, c, cfg.Port)
 	ann := svc.Spec.Template.Metadata.Annotations
 	if ann["autoscaling.knative.dev/minScale"] != "1" || ann["run.googleapis.com/cpu-throttling"] != "false" {
 		t.Errorf("%s: want one instance always up with CPU always allocated (the sidecar scrapes between requests)", what)
@@ -199,15 +206,7 @@ func TestCloudRunObserver(t *testing.T) {
 	if cfg.Token != "" {
 		t.Errorf("%s: want read-only as shipped", what)
 	}
-	for name, pr := range map[string]*runv1.Probe{"startupProbe": c.StartupProbe, "livenessProbe": c.LivenessProbe} {
-		if pr == nil || pr.HttpGet == nil {
-			t.Errorf("%s: no HTTP %s", what, name)
-			continue
-		}
-		if pr.HttpGet.Path != scalerHealthz || int(pr.HttpGet.Port) != cfg.Port {
-			t.Errorf("%s: %s on %s:%d, the observer serves %s on %d", what, name, pr.HttpGet.Path, pr.HttpGet.Port, scalerHealthz, cfg.Port)
-		}
-	}
+	checkRunProbes(t, what, c, cfg.Port)
 	ann := svc.Spec.Template.Metadata.Annotations
 	if ann["autoscaling.knative.dev/minScale"] != "1" || ann["run.googleapis.com/cpu-throttling"] != "false" {
 		t.Errorf("%s: want an instance always up with CPU always allocated (the stale watch runs between requests)", what)

@@ -64,13 +64,31 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	// Every rule carries a runbook line and a severity.
+	rules := alertRules(t)
+	for _, r := range rules {
+		if r.Annotations["runbook"] == "" || r.Annotations["summary"] == "" || r.Labels["severity"] == "" {
+			t.Errorf("alert %s: needs summary and runbook annotations and a severity", r.Alert)
+		}
+	}
+	if len(rules) < 5 {
+		t.Errorf("%d alert rules, want at least the five the deploy README lists", len(rules))
+	}
+}
+
+// alertRule is one rule of alerts.yaml.
+type alertRule struct {
+	Alert       string            `yaml:"alert"`
+	Expr        string            `yaml:"expr"`
+	Labels      map[string]string `yaml:"labels"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+// alertRules reads every rule of alerts.yaml, all groups together.
+func alertRules(t *testing.T) []alertRule {
+	t.Helper()
 	var rf struct {
 		Groups []struct {
-			Rules []struct {
-				Alert       string            `yaml:"alert"`
-				Labels      map[string]string `yaml:"labels"`
-				Annotations map[string]string `yaml:"annotations"`
-			} `yaml:"rules"`
+			Rules []alertRule `yaml:"rules"`
 		} `yaml:"groups"`
 	}
 	data, err := os.ReadFile(alertsFile)
@@ -80,18 +98,11 @@ func TestAlertRules(t *testing.T) {
 	if err := yaml.Unmarshal(data, &rf); err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var out []alertRule
 	for _, g := range rf.Groups {
-		for _, r := range g.Rules {
-			n++
-			if r.Annotations["runbook"] == "" || r.Annotations["summary"] == "" || r.Labels["severity"] == "" {
-				t.Errorf("alert %s: needs summary and runbook annotations and a severity", r.Alert)
-			}
-		}
+		out = append(out, g.Rules...)
 	}
-	if n < 5 {
-		t.Errorf("%d alert rules, want at least the five the deploy README lists", n)
-	}
+	return out
 }
 
 // loadDashboard decodes the Grafana dashboard with the types of Grafana's schema (the
@@ -316,25 +327,8 @@ func TestObservabilityNamesExportedMetrics(t *testing.T) {
 			exprs = append(exprs, struct{ where, expr string }{"dashboard panel " + title, e})
 		}
 	}
-	var rf struct {
-		Groups []struct {
-			Rules []struct {
-				Alert string `yaml:"alert"`
-				Expr  string `yaml:"expr"`
-			} `yaml:"rules"`
-		} `yaml:"groups"`
-	}
-	data, err := os.ReadFile(alertsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(data, &rf); err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range rf.Groups {
-		for _, r := range g.Rules {
-			exprs = append(exprs, struct{ where, expr string }{"alert " + r.Alert, r.Expr})
-		}
+	for _, r := range alertRules(t) {
+		exprs = append(exprs, struct{ where, expr string }{"alert " + r.Alert, r.Expr})
 	}
 	checked := 0
 	for _, x := range exprs {
