@@ -286,18 +286,43 @@ func (c *Client) Get(ctx context.Context, queue, id string) (*TaskInfo, error) {
 	return &ti, nil
 }
 
-// Cancel cancels a queued or scheduled task.
+// CancelOutcome is what a cancel did: CancelDone or CancelRequested.
+type CancelOutcome = lua.CancelOutcome
+
+// Outcomes of CancelTask.
+const (
+	// CancelDone: the task was queued, scheduled or retrying, and is now cancelled.
+	CancelDone = lua.CancelDone
+	// CancelRequested: the task was running. Its worker cancels the function's context
+	// (context.Cause: runtime.ErrCancelled) at its next heartbeat, within
+	// DTQ_HEARTBEAT_INTERVAL_S; the task then ends cancelled, not retried. A function
+	// that finished before its worker learned of the request keeps its outcome, as
+	// does one that returns success after the cancel: Wait tells which happened.
+	CancelRequested = lua.CancelRequested
+)
+
+// Cancel cancels a queued, scheduled or retrying task, or asks a running one to stop
+// (CancelTask says which): ErrNotFound when there is no such task, ErrWrongStatus
+// (naming the status) when it has ended.
 func (c *Client) Cancel(ctx context.Context, queue, id string) error {
+	_, err := c.CancelTask(ctx, queue, id)
+	return err
+}
+
+// CancelTask is Cancel, reporting what it did.
+func (c *Client) CancelTask(ctx context.Context, queue, id string) (CancelOutcome, error) {
 	if err := keys.ValidQueue(queue); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if id == "" {
+		return "", fmt.Errorf("%w: empty task id", ErrInvalid)
 	}
 	q := c.ks.Queue(queue)
 	unique, err := c.rdb.HGet(ctx, q.Task(id), "unique").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("cancel %s: %w", id, err)
+		return "", fmt.Errorf("cancel %s: %w", id, err)
 	}
-	_, err = lua.Cancel.Run(ctx, c.rdb, lua.CancelArgs{Queue: q, ID: id, Unique: unique, NowMS: c.now().UnixMilli(), KeepMS: c.keepMS})
-	return err
+	return lua.Cancel.Run(ctx, c.rdb, lua.CancelArgs{Queue: q, ID: id, Unique: unique, NowMS: c.now().UnixMilli(), KeepMS: c.keepMS})
 }
 
 // Pause stops workers reading new entries of queue (running tasks finish).

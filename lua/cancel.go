@@ -12,9 +12,22 @@ import (
 //go:embed cancel.lua
 var cancelSrc string
 
-// Cancel cancels a queued or scheduled task (cancel.lua): ErrNotFound when there is no
-// such task, ErrWrongStatus when it is in another state.
+// Cancel cancels a queued, scheduled or retrying task, or asks a running one to stop
+// (cancel.lua): ErrNotFound when there is no such task, ErrWrongStatus when it has
+// ended.
 var Cancel = newScript("cancel.lua", plain(cancelSrc), cancelKV, decodeCancel)
+
+// CancelOutcome is what a cancel did.
+type CancelOutcome string
+
+// Outcomes of a cancel.
+const (
+	// CancelDone: the task was queued, scheduled or retrying; it is cancelled.
+	CancelDone CancelOutcome = "cancelled"
+	// CancelRequested: the task was running; its worker cancels the function's context
+	// at its next heartbeat, and the task ends cancelled unless it finished first.
+	CancelRequested CancelOutcome = "requested"
+)
 
 // CancelArgs names the task to cancel, at NowMS; it is kept KeepMS (0: for ever).
 type CancelArgs struct {
@@ -39,17 +52,19 @@ func cancelKV(a CancelArgs) ([]string, []any, error) {
 	return ks, []any{keys.Group, a.NowMS, a.KeepMS, a.ID}, nil
 }
 
-func decodeCancel(a CancelArgs, cmd *redis.Cmd) (None, error) {
+func decodeCancel(a CancelArgs, cmd *redis.Cmd) (CancelOutcome, error) {
 	code, status, err := pair(cmd)
 	switch {
 	case err != nil:
-		return None{}, fmt.Errorf("cancel %s: %w", a.ID, err)
+		return "", fmt.Errorf("cancel %s: %w", a.ID, err)
 	case code == 1:
-		return None{}, nil
+		return CancelDone, nil
+	case code == 2:
+		return CancelRequested, nil
 	case code == notFound:
-		return None{}, fmt.Errorf("cancel %s: %w", a.ID, ErrNotFound)
+		return "", fmt.Errorf("cancel %s: %w", a.ID, ErrNotFound)
 	default:
-		return None{}, fmt.Errorf("cancel %s (status %s): %w", a.ID, status, ErrWrongStatus)
+		return "", fmt.Errorf("cancel %s (status %s): %w", a.ID, status, ErrWrongStatus)
 	}
 }
 

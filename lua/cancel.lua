@@ -1,7 +1,15 @@
--- cancel.lua: cancel a queued or scheduled task.
+-- cancel.lua: cancel a queued, scheduled or retrying task; ask a running one to stop.
 --
 -- A queued task's entry is deleted when no worker has it yet; when one has it (delivered,
 -- not yet started) the worker's claim finds the task cancelled and absorbs the entry.
+--
+-- A running task is not changed but for its field "cancel" (the request's ms, kept from
+-- the first request): its status, attempt and entry, the fence of every write of its
+-- execution, stay. Its worker reads the request on its next heartbeat (touch.lua) and
+-- cancels the function's context; the outcome is then recorded cancelled
+-- (complete.lua "c"), as is a retry outcome of the attempt. A function that ended before
+-- its worker learned of the request keeps its outcome. A reclaim of the task (its worker
+-- died or handed it back) cancels it instead of running it again (claim.lua).
 --
 -- KEYS[1]      task hash        PREFIX:{Q}:t:ID
 -- KEYS[2]      schedule zset    PREFIX:{Q}:schedule
@@ -13,7 +21,8 @@
 -- ARGV[3]  retention ms (0: keep)
 -- ARGV[4]  task id
 --
--- returns {1, "cancelled"}, {0, current status}, or {-1, "missing"} when there is no such task
+-- returns {1, "cancelled"}, {2, "running"} when the running task's stop was requested,
+-- {0, current status} (a final one), or {-1, "missing"} when there is no such task
 local t = redis.call("HMGET", KEYS[1], "status", "priority", "entry")
 local status = t[1]
 if not status then return {-1, "missing"} end
@@ -29,6 +38,9 @@ if status == "queued" then
 elseif status == "scheduled" or status == "retrying" then
   redis.call("ZREM", KEYS[2], ARGV[4])
   if status == "retrying" then redis.pcall("ZREM", KEYS[14], ARGV[4]) end
+elseif status == "running" then
+  if not redis.call("HGET", KEYS[1], "cancel") then redis.call("HSET", KEYS[1], "cancel", ARGV[2]) end
+  return {2, "running"}
 else
   return {0, status}
 end

@@ -73,7 +73,8 @@
 --   started:  list of {entry, band, id, attempt, function, payload, timeout_ms,
 --             max_retries, failures, unique, created_at, how}
 --             how: 0 a fresh delivery, 1 a reclaim, 2 a hand-off read from the inbox
---   absorbed: list of {entry, band, id, status}  (status "dead" when the script killed the task)
+--   absorbed: list of {entry, band, id, status}  (status "dead" when the script killed the task,
+--             "cancelled" when a reclaim found its cancel requested)
 --   invalid:  list of {entry, band, dead id, reason}
 --   paused:   1 when the queue is paused (no new entries were read or reclaimed)
 --   returned: list of {entry, band, task id, new entry}: delivered while paused, put back
@@ -231,7 +232,15 @@ local function take(band, eid, fields, reclaiming)
     -- The worker running this entry went silent past the visibility timeout. A hand-back
     -- at drain (handback == attempt) is not the task's fault; a silent death counts as a
     -- failure (the caller kills the task instead of running it when none are left).
-    if redis.call("HGET", h, "handback") ~= tostring(attempt) then
+    -- A task whose cancel was requested (cancel.lua) is cancelled, not run again.
+    local hc = redis.call("HMGET", h, "handback", "cancel")
+    if hc[2] then
+      ack(stream, eid)
+      redis.call("HSET", h, "status", "cancelled", "finished_at", now)
+      absorbed[#absorbed + 1] = {eid, band, id, "cancelled"}
+      return
+    end
+    if hc[1] ~= tostring(attempt) then
       failures = failures + 1
       redis.call("HSET", h, "failures", failures)
     end

@@ -235,7 +235,7 @@ func TestCompleteAndTouchOnWrongTypeKey(t *testing.T) {
 	}
 	want := map[string]bool{"ok": true, "gone": false}
 	for i, s := range c {
-		if touched[i] != want[s.ID] || (applied[i] == lua.CompleteApplied) != want[s.ID] {
+		if touched[i].Held() != want[s.ID] || (applied[i] == lua.CompleteApplied) != want[s.ID] {
 			t.Errorf("%s: touched %v applied %v, want %v", s.ID, touched[i], applied[i], want[s.ID])
 		}
 	}

@@ -34,6 +34,10 @@ const (
 	Succeeded Outcome = 's'
 	Retry     Outcome = 'r'
 	Dead      Outcome = 'd'
+	// Cancelled: the worker stopped the function on a cancel request (cancel.lua on a
+	// running task). complete.lua also records a Retry of a task with a pending cancel
+	// request as cancelled.
+	Cancelled Outcome = 'c'
 )
 
 // Completion is the outcome of one execution.

@@ -21,7 +21,12 @@
 -- ARGV[7]  lifetime ms of a throughput hash after its newest minute
 -- ARGV[8]  succeeded tasks kept in the succeeded list (the newest)
 -- ARGV[9+6i .. 14+6i] for item i: task id, entry id, attempt,
---          outcome ("s" succeeded, "r" retry, "d" dead), result or error text, retry at ms
+--          outcome ("s" succeeded, "r" retry, "d" dead, "c" cancelled: the worker stopped
+--          the function on a cancel request), result or error text, retry at ms
+--
+-- A retry of a task whose cancel was requested (field "cancel", cancel.lua) is recorded
+-- as cancelled instead: the request is read on the retry branch only, never on the
+-- success path. A cancelled outcome keeps the record the retention ms like a success.
 --
 -- Once per call, not per item: the applied completions are added to the minute's
 -- throughput counters (the failed ones, retry or dead, to its failed counter too), the
@@ -74,8 +79,9 @@ for i = 0, n - 1 do
   -- another type nothing of the outcome is written (a record saying "retrying" that no
   -- schedule holds would never run again), and the entry stays pending for a reclaim
   local current = ok and is_current(t, attempt, eid)
+  if current and outcome == "r" and redis.call("HGET", h, "cancel") then outcome = "c" end
   local refused = false
-  if current and outcome ~= "s" then
+  if current and (outcome == "r" or outcome == "d") then
     local r
     if outcome == "r" then r = redis.pcall("ZADD", KEYS[1], ARGV[b + 5], id) else r = redis.pcall("ZADD", KEYS[2], now, id) end
     refused = type(r) == "table" and r.err ~= nil
@@ -97,6 +103,16 @@ for i = 0, n - 1 do
         if ukey ~= h then redis.call("PEXPIRE", ukey, keep) end
       end
       succ[#succ + 1] = now .. " " .. id
+    elseif outcome == "c" then
+      if text == "" then
+        redis.call("HSET", h, "status", "cancelled", "finished_at", now)
+      else
+        redis.call("HSET", h, "status", "cancelled", "error", text, "finished_at", now)
+      end
+      if keep ~= "0" then
+        redis.call("PEXPIRE", h, keep)
+        if ukey ~= h then redis.call("PEXPIRE", ukey, keep) end
+      end
     elseif outcome == "r" then
       local at = ARGV[b + 5]
       redis.call("HINCRBY", h, "failures", 1)

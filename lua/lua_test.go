@@ -264,7 +264,7 @@ func TestRaceReclaimSameEntry(t *testing.T) {
 	}
 	// Its heartbeat cannot take the entry back either.
 	touched, err := lua.Touch.Run(f.ctx, f.rdb, lua.TouchArgs{Queue: f.q, Consumer: "dead-worker", IdleMS: 0, Handback: false, Items: []lua.Held{{ID: "r", Entry: first.Started[0].Entry, Attempt: 1}}})
-	if err != nil || touched[0] {
+	if err != nil || touched[0].Held() {
 		t.Fatalf("stale touch = %v, %v; want refused", touched, err)
 	}
 	// The reclaimer's completion applies.
@@ -289,7 +289,7 @@ func TestReclaimHandbackDoesNotCountAsFailure(t *testing.T) {
 	f.enqueue(t, lua.NewTask{ID: "h", MaxRetries: 0})
 	c := f.claim(t, lua.ClaimArgs{Consumer: "draining", Want: 1})
 	touched, err := lua.Touch.Run(f.ctx, f.rdb, lua.TouchArgs{Queue: f.q, Consumer: "draining", IdleMS: 60_000, Handback: true, Items: []lua.Held{{ID: "h", Entry: c.Started[0].Entry, Attempt: 1}}})
-	if err != nil || !touched[0] {
+	if err != nil || !touched[0].Held() {
 		t.Fatalf("handback = %v, %v", touched, err)
 	}
 	r := f.claim(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 4, MinIdleMS: 30_000})

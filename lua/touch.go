@@ -14,7 +14,7 @@ var touchSrc string
 
 // Touch resets (idle 0) or hands back (Handback, idle = the visibility timeout) the PEL
 // idle clock of entries Consumer still holds (touch.lua), and replies, per item, whether
-// it still held it.
+// it still held it and whether the task's cancel was requested.
 var Touch = newScript("touch.lua", withPrelude(touchSrc), touchKV, decodeTouch)
 
 // TouchArgs is one touch call.
@@ -49,14 +49,33 @@ func touchKV(a TouchArgs) ([]string, []any, error) {
 	return ks, args, nil
 }
 
-func decodeTouch(a TouchArgs, cmd *redis.Cmd) ([]bool, error) {
+// Touched is touch.lua's answer for one held execution.
+type Touched byte
+
+// Answers of touch.lua.
+const (
+	NotHeld       Touched = 0 // no longer this execution's (reclaimed, finished)
+	StillHeld     Touched = 1
+	StopRequested Touched = 2 // still held, and the task's cancel was requested
+)
+
+// Held reports whether the execution was still the task's current one.
+func (t Touched) Held() bool { return t != NotHeld }
+
+func decodeTouch(a TouchArgs, cmd *redis.Cmd) ([]Touched, error) {
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("touch %s: %w", a.Queue.Name, err)
 	}
-	out := make([]bool, len(v))
+	if len(v) != len(a.Items) {
+		return nil, fmt.Errorf("touch %s: %d answers for %d items", a.Queue.Name, len(v), len(a.Items))
+	}
+	out := make([]Touched, len(v))
 	for i, x := range v {
-		out[i] = x == 1
+		if x < 0 || x > int64(StopRequested) {
+			return nil, fmt.Errorf("touch %s: unexpected answer %d", a.Queue.Name, x)
+		}
+		out[i] = Touched(x)
 	}
 	return out, nil
 }

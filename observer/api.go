@@ -305,8 +305,28 @@ func (s *Server) setPaused(c echo.Context, paused bool) error {
 	return c.JSON(http.StatusOK, map[string]any{"queue": q, "paused": paused})
 }
 
+// cancel cancels a waiting task or asks a running one to stop: the answer's "cancel" is
+// "cancelled" or "requested" (status "running": its worker stops it at its next
+// heartbeat).
 func (s *Server) cancel(c echo.Context) error {
-	return s.taskAction(c, s.c.Cancel, "task cancelled", client.StatusCancelled)
+	q, err := s.queueParam(c)
+	if err != nil {
+		return err
+	}
+	id, err := s.idParam(c)
+	if err != nil {
+		return err
+	}
+	out, err := s.c.CancelTask(c.Request().Context(), q, id)
+	if err != nil {
+		return err
+	}
+	status := client.StatusCancelled
+	if out == client.CancelRequested {
+		status = client.StatusRunning
+	}
+	s.log.Info("observer: task cancel "+string(out), "queue", q, "id", id, "remote", c.Request().RemoteAddr)
+	return c.JSON(http.StatusOK, map[string]any{"queue": q, "id": id, "status": status, "cancel": out})
 }
 
 func (s *Server) requeue(c echo.Context) error {

@@ -436,7 +436,8 @@ func TestActionsNeedTheToken(t *testing.T) {
 	}
 	wantError(t, e.do(http.MethodPost, "/api/v1/queues/a%7B/pause", token), http.StatusBadRequest, "bad_queue", "queue")
 
-	// cancel: a queued task yes, a running one no (409), a missing one 404.
+	// cancel: a queued task yes, a running one asked to stop, an ended one no (409), a
+	// missing one 404.
 	queued := e.enqueue(client.Task{Queue: "q", Function: "noop", Priority: 1})
 	e.enqueue(client.Task{Queue: "q", Function: "noop", Priority: 9})
 	running := e.finish("q", 0)
@@ -446,7 +447,10 @@ func TestActionsNeedTheToken(t *testing.T) {
 	if ti, _ := e.c.Get(context.Background(), "q", queued); ti.Status != "cancelled" {
 		t.Fatalf("cancelled task status %s", ti.Status)
 	}
-	wantError(t, e.do(http.MethodPost, "/api/v1/queues/q/tasks/"+running+"/cancel", token), http.StatusConflict, "wrong_state", "running")
+	if m := e.do(http.MethodPost, "/api/v1/queues/q/tasks/"+running+"/cancel", token).json(t); m["status"] != "running" || m["cancel"] != "requested" {
+		t.Fatalf("cancel of a running task: %v; want its stop requested", m)
+	}
+	wantError(t, e.do(http.MethodPost, "/api/v1/queues/q/tasks/"+queued+"/cancel", token), http.StatusConflict, "wrong_state", "cancelled")
 	wantError(t, e.do(http.MethodPost, "/api/v1/queues/q/tasks/nosuch/cancel", token), http.StatusNotFound, "not_found", "nosuch")
 
 	// requeue: a dead task yes, another no.

@@ -171,6 +171,11 @@ func (w *Worker) settle(e *execution, applied, lost bool) {
 		w.retried.Add(1)
 		w.metrics.count(e.fnLabel, OutcomeRetried)
 		w.publish(Event{Type: EventTaskRetrying, Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt, Detail: e.text})
+	case e.outcome == lua.Cancelled:
+		w.processed.Add(1)
+		w.metrics.count(e.fnLabel, OutcomeCancelled)
+		w.log.Info("task: cancelled while running", "queue", t.Queue, "task", t.ID, "attempt", t.Attempt)
+		w.publish(Event{Type: EventTaskCancelled, Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt, Detail: e.text})
 	default:
 		w.processed.Add(1)
 		w.failed.Add(1)

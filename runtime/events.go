@@ -26,6 +26,7 @@ const (
 	EventTaskSucceeded     = keys.EventTaskSucceeded // only with DTQ_EVENTS_VERBOSE
 	EventTaskRetrying      = keys.EventTaskRetrying
 	EventTaskDead          = keys.EventTaskDead
+	EventTaskCancelled     = keys.EventTaskCancelled
 	EventTaskReclaimed     = keys.EventTaskReclaimed
 	EventDuplicateAbsorbed = keys.EventDuplicateAbsorbed
 	EventInvalidEntry      = keys.EventInvalidEntry

@@ -28,6 +28,29 @@ type execution struct {
 	text     string
 	retryAt  int64
 	reason   string // why the outcome (for logs and events)
+
+	// cancelReq is set when the heartbeat learns the task's cancel was requested;
+	// tctx is the running function's context, which it then cancels (cancelRequested).
+	cancelReq atomic.Bool
+	tctx      atomic.Pointer[taskCtx]
+}
+
+// ErrCancelled is the cause (context.Cause) of a function's context ended by a cancel
+// request (client.CancelTask, dtq cancel) while it ran. A function that returns an error
+// after it is recorded as cancelled, never retried; one that returns success keeps it.
+var ErrCancelled = errors.New("task cancelled")
+
+// cancelRequested stops e's function, once: its context ends with ErrCancelled. Called
+// from the heartbeat; the executor checks the flag after publishing its context, so a
+// request that comes before the function starts stops it too.
+func (e *execution) cancelRequested() bool {
+	if !e.cancelReq.CompareAndSwap(false, true) {
+		return false
+	}
+	if c := e.tctx.Load(); c != nil {
+		c.cancelTask(ErrCancelled)
+	}
+	return true
 }
 
 func (e *execution) heldRef() lua.Held { return e.s.Held() }
@@ -232,17 +255,14 @@ func (w *Worker) execute(e *execution) {
 	if timeout <= 0 {
 		timeout = w.defTimeout
 	}
-	var ctx context.Context = w.pool.runCtx
-	var tctx *taskCtx
-	if timeout > 0 {
-		tctx = newTaskCtx(w.pool.runCtx, timeout)
-		ctx = tctx
+	tctx := newTaskCtx(w.pool.runCtx, timeout)
+	e.tctx.Store(tctx)
+	if e.cancelReq.Load() {
+		tctx.cancelTask(ErrCancelled) // requested while the task waited for an executor
 	}
 	began := time.Now()
-	res, err := call(ctx, e.fn.fn, t)
-	if tctx != nil {
-		tctx.release()
-	}
+	res, err := call(tctx, e.fn.fn, t)
+	tctx.release()
 	fm := w.metrics.fn(e.fnLabel)
 	fm.duration.Observe(time.Since(began).Seconds())
 	if err != nil && w.pool.runCtx.Err() != nil {
@@ -251,7 +271,9 @@ func (w *Worker) execute(e *execution) {
 	switch {
 	case err == nil:
 		e.finish(lua.Succeeded, string(res), 0, "")
-	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+	case e.cancelReq.Load():
+		e.finish(lua.Cancelled, "cancelled while running: "+err.Error(), 0, "cancelled")
+	case timeout > 0 && errors.Is(err, context.DeadlineExceeded) && tctx.Err() != nil:
 		w.fail(e, fmt.Errorf("timed out after %s: %w", timeout, err))
 	default:
 		w.fail(e, err)

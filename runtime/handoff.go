@@ -102,7 +102,7 @@ func (w *Worker) touchBack(byQueue map[string][]lua.Held) {
 			continue
 		}
 		for i, h := range hs {
-			if ok[i] {
+			if ok[i].Held() {
 				w.publish(Event{Type: EventHandedBack, Queue: name, TaskID: h.ID, Attempt: h.Attempt})
 			}
 		}

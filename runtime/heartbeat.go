@@ -132,10 +132,13 @@ func (w *Worker) touchHeld(ctx context.Context) {
 			continue
 		}
 		for i, e := range es {
+			if ok[i] == lua.StopRequested && e.cancelRequested() {
+				w.log.Info("heartbeat: cancel requested; the task's context is cancelled", "queue", name, "task", hs[i].ID, "attempt", hs[i].Attempt)
+			}
 			// An execution whose outcome went to the completer since the snapshot is
 			// not "lost": its completion may have landed first. If it was reclaimed after
 			// all, the completion is fenced and says so.
-			if !ok[i] && !e.recorded.Load() {
+			if !ok[i].Held() && !e.recorded.Load() {
 				w.log.Warn("heartbeat: task no longer ours (reclaimed by a peer); its completion will be fenced off", "queue", name, "task", hs[i].ID, "attempt", hs[i].Attempt)
 			}
 		}

@@ -12,6 +12,7 @@ const (
 	OutcomeSucceeded  = "succeeded"
 	OutcomeRetried    = "retried"
 	OutcomeDead       = "dead"
+	OutcomeCancelled  = "cancelled" // stopped on a cancel request while it ran
 	OutcomeFenced     = "fenced"
 	OutcomeHandedBack = "handed_back"
 	OutcomeAbsorbed   = "absorbed"
@@ -111,7 +112,7 @@ func (m *metrics) fn(name string) *funcMetrics {
 	f := m.byFunc[name]
 	if f == nil {
 		f = &funcMetrics{outcome: map[string]prometheus.Counter{}, duration: m.duration.WithLabelValues(name)}
-		for _, o := range []string{OutcomeSucceeded, OutcomeRetried, OutcomeDead, OutcomeFenced, OutcomeHandedBack, OutcomeAbsorbed, OutcomeInvalid, OutcomeReturned} {
+		for _, o := range []string{OutcomeSucceeded, OutcomeRetried, OutcomeDead, OutcomeCancelled, OutcomeFenced, OutcomeHandedBack, OutcomeAbsorbed, OutcomeInvalid, OutcomeReturned} {
 			f.outcome[o] = m.tasks.WithLabelValues(name, o)
 		}
 		if len(m.byFunc) < 1000 { // a flood of unknown names must not grow this without bound

@@ -194,7 +194,7 @@ func TestEmbeddedRunsEveryScript(t *testing.T) {
 			t.Fatalf("replay of the claim: %+v, want %+v", replay.Started, first.Started)
 		}
 		held := first.Started[0].Held()
-		if ok, err := lua.Touch.Run(ctx, rdb, lua.TouchArgs{Queue: q, Consumer: "w1", IdleMS: 0, Handback: false, Items: []lua.Held{held}}); err != nil || !ok[0] {
+		if ok, err := lua.Touch.Run(ctx, rdb, lua.TouchArgs{Queue: q, Consumer: "w1", IdleMS: 0, Handback: false, Items: []lua.Held{held}}); err != nil || !ok[0].Held() {
 			t.Fatalf("touch: %v %v", ok, err)
 		}
 		// A retry goes to the schedule, the scheduler puts it back on its stream.
@@ -219,7 +219,7 @@ func TestEmbeddedRunsEveryScript(t *testing.T) {
 		if len(third.Started) != 1 || !third.Started[0].Reclaimed || third.Started[0].Attempt != 3 {
 			t.Fatalf("reclaim: %+v", third)
 		}
-		if ok, err := lua.Touch.Run(ctx, rdb, lua.TouchArgs{Queue: q, Consumer: "w1", IdleMS: 0, Handback: false, Items: []lua.Held{second.Started[0].Held()}}); err != nil || ok[0] {
+		if ok, err := lua.Touch.Run(ctx, rdb, lua.TouchArgs{Queue: q, Consumer: "w1", IdleMS: 0, Handback: false, Items: []lua.Held{second.Started[0].Held()}}); err != nil || ok[0].Held() {
 			t.Fatalf("touch of a reclaimed task: %v %v, want fenced", ok, err)
 		}
 		if ok, err := lua.Complete.Run(ctx, rdb, lua.CompleteArgs{Queue: q, NowMS: now, KeepMS: 60000, Items: []lua.Completion{{ID: "a", Entry: third.Started[0].Entry, Band: 3,

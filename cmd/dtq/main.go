@@ -22,7 +22,7 @@ func commands() []command {
 		{"observer", "run the observer: a JSON API over queues, tasks and workers", runObserver},
 		{"enqueue", "enqueue a task and print its id", runEnqueue},
 		{"inspect", "print a task or a queue as JSON", runInspect},
-		{"cancel", "cancel a queued or scheduled task", runCancel},
+		{"cancel", "cancel a waiting task, or ask a running one to stop", runCancel},
 		{"pause", "pause a queue (workers stop reading it)", runPause},
 		{"resume", "resume a paused queue", runResume},
 		{"dead", "list, requeue or delete dead tasks", runDead},

@@ -248,11 +248,12 @@ func runCancel(args []string) int {
 	return withClient("cancel", r, func(ctx context.Context, c *client.Client) error {
 		var errs []error
 		for _, id := range fs.Args() {
-			if err := c.Cancel(ctx, *queue, id); err != nil {
+			out, err := c.CancelTask(ctx, *queue, id)
+			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			fmt.Println(id)
+			fmt.Println(id, out)
 		}
 		return errors.Join(errs...)
 	})

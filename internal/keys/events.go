@@ -7,12 +7,15 @@ type EventType string
 
 // Event types of the events stream.
 const (
-	EventWorkerStarted     EventType = "WORKER_STARTED"
-	EventWorkerStopped     EventType = "WORKER_STOPPED"
-	EventTaskStarted       EventType = "TASK_STARTED"   // only with DTQ_EVENTS_VERBOSE
-	EventTaskSucceeded     EventType = "TASK_SUCCEEDED" // only with DTQ_EVENTS_VERBOSE
-	EventTaskRetrying      EventType = "TASK_RETRYING"
-	EventTaskDead          EventType = "TASK_DEAD"
+	EventWorkerStarted EventType = "WORKER_STARTED"
+	EventWorkerStopped EventType = "WORKER_STOPPED"
+	EventTaskStarted   EventType = "TASK_STARTED"   // only with DTQ_EVENTS_VERBOSE
+	EventTaskSucceeded EventType = "TASK_SUCCEEDED" // only with DTQ_EVENTS_VERBOSE
+	EventTaskRetrying  EventType = "TASK_RETRYING"
+	EventTaskDead      EventType = "TASK_DEAD"
+	// EventTaskCancelled: a running task stopped on a cancel request (detail: the
+	// function's error).
+	EventTaskCancelled     EventType = "TASK_CANCELLED"
 	EventTaskReclaimed     EventType = "TASK_RECLAIMED"
 	EventDuplicateAbsorbed EventType = "TASK_DUPLICATE_ABSORBED"
 	EventInvalidEntry      EventType = "TASK_INVALID_ENTRY"

@@ -8,6 +8,8 @@
 """
 
 from .client import (
+    CANCEL_DONE,
+    CANCEL_REQUESTED,
     CANCELLED,
     DEAD,
     QUEUED,
@@ -33,4 +35,5 @@ __all__ = [
     "Client", "Task", "Result", "TaskInfo", "new_id", "decode_task",
     "DtqError", "InvalidTask", "PayloadTooBig", "NotFound", "WrongStatus", "TaskExists",
     "SCHEDULED", "QUEUED", "RUNNING", "RETRYING", "SUCCEEDED", "DEAD", "CANCELLED",
+    "CANCEL_DONE", "CANCEL_REQUESTED",
 ]

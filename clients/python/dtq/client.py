@@ -40,6 +40,10 @@ SUCCEEDED = "succeeded"
 DEAD = "dead"
 CANCELLED = "cancelled"
 
+# What cancel did (client.CancelDone, client.CancelRequested).
+CANCEL_DONE = "cancelled"
+CANCEL_REQUESTED = "requested"
+
 Payload = Union[bytes, bytearray, memoryview, str]
 Seconds = Union[int, float, timedelta]
 
@@ -496,10 +500,12 @@ class Client:
             ti = dataclasses.replace(ti, id=ti.id or id, queue=ti.queue or queue)
         return ti
 
-    def cancel(self, queue: str, id: str) -> None:
-        """Cancel a queued, scheduled or retrying task (client.Cancel, cancel.lua); the
-        record and its unique key are kept result_ttl. Raises InvalidTask, NotFound,
-        WrongStatus."""
+    def cancel(self, queue: str, id: str) -> str:
+        """Cancel a queued, scheduled or retrying task, or ask a running one to stop
+        (client.CancelTask, cancel.lua). Returns "cancelled" (it was waiting; the record
+        and its unique key are kept result_ttl) or "requested" (it was running: its
+        worker stops it at its next heartbeat, and it ends cancelled unless it finished
+        first). Raises InvalidTask, NotFound, WrongStatus (it has ended)."""
         problem = _queue_problem(_raw(_need_str("queue", queue)))
         if problem:
             raise _invalid(problem)
@@ -516,7 +522,9 @@ class Client:
             raise DtqError(f"cancel {id}: unexpected reply of {n} values")
         code = reply[0] if isinstance(reply[0], int) else 0
         if code == 1:
-            return
+            return CANCEL_DONE
+        if code == 2:
+            return CANCEL_REQUESTED
         if code == -1:
             raise NotFound(f"cancel {id}: no such task")
         raise WrongStatus(f"cancel {id} (status {_text(reply[1])}): task is not in a state that allows this")

@@ -324,6 +324,23 @@ def test_cancel_scheduled_keeps_result_ttl(rdb: "redis.Redis[bytes]", prefix: st
     assert c.get("q", r.id).status == dtq.CANCELLED
 
 
+def test_cancel_queued_says_cancelled(client: dtq.Client) -> None:
+    r = client.enqueue("q", "f")
+    assert client.cancel("q", r.id) == dtq.CANCEL_DONE == "cancelled"
+
+
+def test_cancel_running_requests_a_stop(client: dtq.Client, rdb: "redis.Redis[bytes]", prefix: str) -> None:
+    r = client.enqueue("q", "f")
+    key = f"{prefix}:{{q}}:t:{r.id}"
+    rdb.hset(key, mapping={"status": "running", "attempt": "1"})  # as a worker's claim leaves it
+    assert client.cancel("q", r.id) == dtq.CANCEL_REQUESTED == "requested"
+    assert rdb.hget(key, "status") == b"running"  # the worker ends it, not the request
+    first = rdb.hget(key, "cancel")
+    assert first is not None and int(first) > 0
+    assert client.cancel("q", r.id) == dtq.CANCEL_REQUESTED
+    assert rdb.hget(key, "cancel") == first
+
+
 def test_cancel_missing(client: dtq.Client) -> None:
     with pytest.raises(dtq.NotFound, match=r"^cancel nope: no such task$"):
         client.cancel("q", "nope")
