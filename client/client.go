@@ -431,6 +431,7 @@ type TaskInfo struct {
 	Priority   int    `json:"priority"`
 	Failures   int64  `json:"failures"`
 	MaxRetries int64  `json:"max_retries"`
+	TimeoutMS  int64  `json:"timeout_ms,omitempty"` // 0: the function's default
 	Error      string `json:"error"`
 	Result     string `json:"result"`
 	Payload    string `json:"payload,omitempty"`
@@ -457,7 +458,7 @@ func DecodeTask(h map[string]string) TaskInfo {
 	return TaskInfo{
 		ID: h["id"], Queue: h["queue"], Function: h["function"], Status: Status(h["status"]),
 		Attempt: n("attempt"), Priority: int(n("priority")), Failures: n("failures"),
-		MaxRetries: n("max_retries"), Error: h["error"], Result: h["result"], Payload: h["payload"],
+		MaxRetries: n("max_retries"), TimeoutMS: n("timeout_ms"), Error: h["error"], Result: h["result"], Payload: h["payload"],
 		Worker: h["worker"], Unique: h["unique"], Raw: h["raw"],
 		CreatedAt: n("created_at"), RunAt: n("run_at"), StartedAt: n("started_at"),
 		FinishedAt: n("finished_at"), Reclaims: n("reclaims"),

@@ -392,19 +392,7 @@ func TestUIDataRendersAsText(t *testing.T) {
 		liveness.FieldLastHeartbeat, time.Now().UnixMilli(), liveness.FieldIntervalMS, 600_000, liveness.FieldHostname, evil, "queues", evil)
 
 	tb := openTab(t, e, 1280, 900)
-	noMarkup := func(where string) {
-		t.Helper()
-		// the page's own: one module script, no image at all
-		if n := eval[int](tb, `document.querySelectorAll('img, iframe, object, embed').length`); n != 0 {
-			t.Fatalf("%s: %d elements made from data", where, n)
-		}
-		if n := eval[int](tb, `document.querySelectorAll('script').length`); n != 1 {
-			t.Fatalf("%s: %d script elements, want the page's one", where, n)
-		}
-		if n := eval[int](tb, `document.querySelectorAll('[onerror], [onload]').length`); n != 0 {
-			t.Fatalf("%s: %d elements with handlers from data", where, n)
-		}
-	}
+	noMarkup := tb.noMarkup
 
 	tb.open("#/")
 	tb.waitText(`main`, evil)
@@ -434,6 +422,21 @@ func TestUIDataRendersAsText(t *testing.T) {
 	noMarkup("dead letters of a hostile name")
 	if n := eval[int](tb, `document.title.includes('<script>') ? 1 : 0`); n != 1 {
 		t.Fatalf("title %q: the name is not there as text", eval[string](tb, `document.title`))
+	}
+}
+
+// noMarkup fails the test when the page holds an element made from data: the page's
+// own are one module script and no image at all.
+func (tb *tab) noMarkup(where string) {
+	tb.t.Helper()
+	if n := eval[int](tb, `document.querySelectorAll('img, iframe, object, embed').length`); n != 0 {
+		tb.t.Fatalf("%s: %d elements made from data", where, n)
+	}
+	if n := eval[int](tb, `document.querySelectorAll('script').length`); n != 1 {
+		tb.t.Fatalf("%s: %d script elements, want the page's one", where, n)
+	}
+	if n := eval[int](tb, `document.querySelectorAll('[onerror], [onload]').length`); n != 0 {
+		tb.t.Fatalf("%s: %d elements with handlers from data", where, n)
 	}
 }
 

@@ -21,6 +21,7 @@ function parse() {
   }
   if (parts[0] === 'dead' && parts.length >= 2) return { view: 'dead', queue: parts[1] };
   if (parts[0] === 'events') return { view: 'events' };
+  if (parts[0] === 'cron') return { view: 'cron' };
   return { view: 'notfound' };
 }
 
@@ -44,9 +45,9 @@ function route() {
   main.replaceChildren();
   say('');
   page = views[r.view](main, r);
-  const titles = { overview: 'Overview', queue: 'Queue ' + r.queue, task: 'Task ' + r.id, dead: 'Dead letters of ' + r.queue, events: 'Events', notfound: 'Not found' };
+  const titles = { overview: 'Overview', queue: 'Queue ' + r.queue, task: 'Task ' + r.id, dead: 'Dead letters of ' + r.queue, events: 'Events', cron: 'Periodic entries', notfound: 'Not found' };
   document.title = titles[r.view] + ' · dtq observer';
-  const here = { overview: '#/', events: '#/events' }[r.view];
+  const here = { overview: '#/', events: '#/events', cron: '#/cron' }[r.view];
   for (const a of document.querySelectorAll('nav a')) {
     if (a.getAttribute('href') === here && a.className !== 'brand') a.setAttribute('aria-current', 'page');
     else a.removeAttribute('aria-current');

@@ -386,6 +386,53 @@ export function dead(root, route) {
   };
 }
 
+// ---------------------------------------------------------------- periodic entries
+
+// zoneOf splits a spec into its time zone (CRON_TZ= or TZ=, UTC otherwise) and the rest.
+function zoneOf(spec) {
+  const m = /^(?:CRON_)?TZ=(\S+)\s+(.*)$/.exec(spec || '');
+  return m ? [m[1], m[2]] : ['UTC', spec || ''];
+}
+
+export function cron(root) {
+  const list = h('div');
+  root.append(h('h1', {}, 'Periodic entries'), list);
+  return {
+    async refresh() {
+      const r = await api('GET', '/api/v1/cron');
+      if (!r.ok) {
+        swap(list, missing(r) ? h('p', { class: 'note' }, 'This observer lists no periodic entries.') : failure(r, 'the periodic entries'));
+        return;
+      }
+      const items = r.data.entries || [];
+      swap(list, items.length ? table(null,
+        ['Entry', 'State', 'Schedule', 'Time zone', 'Queue', 'Function', 'Priority', 'Missed ticks', 'Next tick', 'Updated', 'Payload', 'Actions'],
+        items.map(c => {
+          const [zone, sched] = zoneOf(c.spec);
+          const base = '/api/v1/cron/' + enc(c.name);
+          return h('tr', { 'data-cron': c.name },
+            h('th', { scope: 'row' }, c.name),
+            h('td', { class: 'state' }, c.error ? badge('unreadable', 'bad') : c.paused ? badge('paused', 'warn') : badge('active', 'good'),
+              c.error ? h('span', { class: 'error' }, ' ' + c.error) : null),
+            h('td', { class: 'spec' }, h('code', {}, sched)),
+            h('td', { class: 'zone' }, c.error ? '' : zone),
+            h('td', {}, c.queue ? h('a', { href: qlink(c.queue) }, c.queue) : ''),
+            h('td', {}, c.function || ''),
+            h('td', { class: 'num' }, c.error ? '' : String(c.priority ?? '')),
+            h('td', { class: 'missed' }, c.missed || ''),
+            h('td', { class: 'next' }, c.next_ms ? h('time', { datetime: new Date(c.next_ms).toISOString() }, fmtTime(c.next_ms)) : c.paused ? 'none while paused' : ''),
+            h('td', {}, fmtTime(c.updated_ms)),
+            h('td', { class: 'payload' }, c.payload || ''),
+            h('td', { class: 'actions' }, c.error ? null : c.paused
+              ? actionButton('Resume', 'Resume periodic entry ' + c.name, () => act('POST', base + '/resume', undefined, 'Resumed ' + c.name + '.'), 'cron:' + c.name)
+              : actionButton('Pause', 'Pause periodic entry ' + c.name, () => act('POST', base + '/pause', undefined, 'Paused ' + c.name + '.'), 'cron:' + c.name)));
+        }), 'cron')
+        : h('p', { class: 'empty' }, 'No periodic entries: dtq cron add creates one.'));
+      rendered();
+    },
+  };
+}
+
 // ---------------------------------------------------------------- live events
 
 const MAX_EVENTS = 200;
