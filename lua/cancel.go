@@ -45,10 +45,10 @@ func cancelKV(a CancelArgs) ([]string, []any, error) {
 	if a.Unique != "" {
 		u = q.Unique(a.Unique)
 	}
-	ks := make([]string, 0, 14)
+	ks := make([]string, 0, 15)
 	ks = append(ks, h, q.Schedule())
 	ks = append(ks, q.Streams[:]...)
-	ks = append(ks, u, q.Retrying())
+	ks = append(ks, u, q.Retrying(), q.Waiters())
 	return ks, []any{keys.Group, a.NowMS, a.KeepMS, a.ID}, nil
 }
 

@@ -16,6 +16,8 @@
 -- KEYS[3..12]  streams p0..p9
 -- KEYS[13]     unique key (the task hash again when none)
 -- KEYS[14]     retrying zset    PREFIX:{Q}:retrying
+-- KEYS[15]     waiters zset     PREFIX:{Q}:waiters: a waiter on the task is told
+--              (PUBLISH KEYS[15]:ID "cancelled", wait.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  now ms
 -- ARGV[3]  retention ms (0: keep)
@@ -49,5 +51,8 @@ local keep = tonumber(ARGV[3])
 if keep > 0 then
   redis.call("PEXPIRE", KEYS[1], keep)
   if KEYS[13] ~= KEYS[1] then redis.call("PEXPIRE", KEYS[13], keep) end
+end
+if redis.pcall("ZREM", KEYS[15], ARGV[4]) == 1 then
+  redis.call("PUBLISH", KEYS[15] .. ":" .. ARGV[4], "cancelled")
 end
 return {1, "cancelled"}

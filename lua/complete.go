@@ -65,7 +65,7 @@ const (
 func completeKV(a CompleteArgs) ([]string, []any, error) {
 	q := a.Queue
 	hour, processed, failed := keys.ThroughputFields(a.NowMS)
-	ks := make([]string, 0, 5+3*len(a.Items))
+	ks := make([]string, 0, 6+3*len(a.Items))
 	ks = append(ks, q.Schedule(), q.Dead(), q.Throughput(hour), q.Succeeded(), q.Retrying())
 	args := make([]any, 0, 8+6*len(a.Items))
 	args = append(args, keys.Group, a.NowMS, a.KeepMS, len(a.Items), processed, failed,
@@ -79,6 +79,7 @@ func completeKV(a CompleteArgs) ([]string, []any, error) {
 		ks = append(ks, h, q.Stream(it.Band), u)
 		args = append(args, it.ID, it.Entry, it.Attempt, string(rune(it.Outcome)), it.Text, it.RetryMS)
 	}
+	ks = append(ks, q.Waiters())
 	return ks, args, nil
 }
 

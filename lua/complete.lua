@@ -12,6 +12,9 @@
 -- KEYS[5]  retrying zset    PREFIX:{Q}:retrying
 -- KEYS[6+3i], KEYS[7+3i], KEYS[8+3i] for item i (0-based):
 --          task hash, stream of the entry, unique key (the task hash again when none)
+-- KEYS[6+3n] waiters zset   PREFIX:{Q}:waiters (wait.lua): a task that ends while someone
+--          waits on it is removed from it and its end published on KEYS[6+3n]:ID (the
+--          final status); one EXISTS a call, a ZSCORE per ended task only when it exists
 -- ARGV[1]  consumer group
 -- ARGV[2]  now ms
 -- ARGV[3]  retention ms of finished tasks (0: keep)
@@ -64,6 +67,14 @@ end
 -- now and keep stay strings: a Lua number passed to redis.call is formatted with snprintf.
 local group, now, keep = ARGV[1], ARGV[2], ARGV[3]
 local n = tonumber(ARGV[4])
+local waiters = KEYS[6 + 3 * n]
+local waited = redis.call("EXISTS", waiters) == 1
+local function ended(id, status)
+  -- pcall: a waiters key of another type costs its waiters the push, not the outcome
+  if redis.pcall("ZREM", waiters, id) == 1 then
+    redis.call("PUBLISH", waiters .. ":" .. id, status)
+  end
+end
 local out = {}
 -- applied and failed completions; the succeeded list's new entries ("MS ID")
 local applied, failed, succ = 0, 0, {}
@@ -103,6 +114,7 @@ for i = 0, n - 1 do
         if ukey ~= h then redis.call("PEXPIRE", ukey, keep) end
       end
       succ[#succ + 1] = now .. " " .. id
+      if waited then ended(id, "succeeded") end
     elseif outcome == "c" then
       if text == "" then
         redis.call("HSET", h, "status", "cancelled", "finished_at", now)
@@ -113,6 +125,7 @@ for i = 0, n - 1 do
         redis.call("PEXPIRE", h, keep)
         if ukey ~= h then redis.call("PEXPIRE", ukey, keep) end
       end
+      if waited then ended(id, "cancelled") end
     elseif outcome == "r" then
       local at = ARGV[b + 5]
       redis.call("HINCRBY", h, "failures", 1)
@@ -123,6 +136,7 @@ for i = 0, n - 1 do
       redis.call("HINCRBY", h, "failures", 1)
       redis.call("HSET", h, "status", "dead", "error", text, "finished_at", now)
       failed = failed + 1
+      if waited then ended(id, "dead") end
     end
     applied = applied + 1
     local list = done[stream]

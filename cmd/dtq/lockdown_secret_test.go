@@ -246,6 +246,10 @@ func TestLockedDownTLSAndACL(t *testing.T) {
 			t.Fatalf("task %s: %q, want %q", id, ti.Status, want)
 		}
 	}
+	// a waiter under the same ACL: SUBSCRIBE, wait.lua, and the worker's PUBLISH
+	if out, errOut, code := dtq(t, env, "enqueue", "--function", "echo", "--payload", "waited", "--wait"); code != 0 || !strings.Contains(out, `"succeeded"`) {
+		t.Fatalf("dtq enqueue --wait under the ACL: exit %d out %q err %q", code, out, errOut)
+	}
 	if ti, _ := terminal(long); ti.Attempt != 2 || ti.Reclaims != 1 {
 		t.Fatalf("long task %+v: want reclaimed once by the peer", ti)
 	}
@@ -283,7 +287,7 @@ func TestLockedDownTLSAndACL(t *testing.T) {
 		}
 	}
 	// ... and denies the same user everything else.
-	for _, cmd := range [][]any{{"SET", "other:key", "x"}, {"GET", "secrets"}, {"FLUSHALL"}, {"CONFIG", "GET", "*"}, {"KEYS", "*"}, {"ACL", "LIST"}, {"SUBSCRIBE", "dtq:x"}} {
+	for _, cmd := range [][]any{{"SET", "other:key", "x"}, {"GET", "secrets"}, {"FLUSHALL"}, {"CONFIG", "GET", "*"}, {"KEYS", "*"}, {"ACL", "LIST"}, {"PUBLISH", "other:x", "m"}} {
 		err := rdb.Do(ctx, cmd...).Err()
 		if err == nil || !strings.Contains(err.Error(), "NOPERM") {
 			t.Fatalf("%v as dtq: %v, want NOPERM", cmd, err)

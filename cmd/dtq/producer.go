@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/dtq/dtq/client"
@@ -100,11 +102,20 @@ func runEnqueue(args []string) int {
 	unique := fs.String("unique", "", "unique key: a second enqueue with it returns the first task's id")
 	reuse := fs.Bool("unique-reuse", false, "with --unique: when the task holding the key is dead or cancelled, create a new task and pass the key to it")
 	id := fs.String("id", "", "explicit task id (default: generated)")
+	wait := fs.Bool("wait", false, "wait for the task to end, print its final record as JSON; exit 1 unless it succeeded")
+	waitFor := fs.Duration("wait-timeout", 0, "with --wait: give up after this long (0: "+maxWait.String()+", the most)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
 	if !noArgs("enqueue", fs) {
 		return exitUsage
+	}
+	if *waitFor < 0 || *waitFor > maxWait {
+		fmt.Fprintf(os.Stderr, "dtq enqueue: --wait-timeout %v is out of range 0..%v\n", *waitFor, maxWait)
+		return exitUsage
+	}
+	if *waitFor == 0 {
+		*waitFor = maxWait
 	}
 	if *fn == "" {
 		fmt.Fprintln(os.Stderr, "dtq enqueue: --function is required")
@@ -161,8 +172,40 @@ func runEnqueue(args []string) int {
 			}
 			fmt.Fprintf(os.Stderr, "dtq enqueue: unique key %q is taken by task %s (%s); nothing created%s\n", *unique, rs[0].ID, rs[0].HolderStatus, hint)
 		}
-		return nil
+		if !*wait {
+			return nil
+		}
+		return waitAndPrint(c, *queue, rs[0].ID, *waitFor)
 	})
+}
+
+// maxWait bounds dtq enqueue --wait.
+const maxWait = 24 * time.Hour
+
+// errNotSucceeded: the awaited task ended dead or cancelled (exit 1, the record printed).
+var errNotSucceeded = errors.New("the task did not succeed")
+
+// waitAndPrint waits for the task to end (client.Wait, woken by a push), at most d or
+// until SIGINT/SIGTERM, and prints its final record.
+func waitAndPrint(c *client.Client, queue, id string, d time.Duration) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	ti, err := c.Wait(ctx, queue, id)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("task %s had not ended after %v", id, d)
+	}
+	if err != nil {
+		return err
+	}
+	if err := printJSON(ti); err != nil {
+		return err
+	}
+	if ti.Status != client.StatusSucceeded {
+		return fmt.Errorf("task %s ended %s: %w", id, ti.Status, errNotSucceeded)
+	}
+	return nil
 }
 
 func runInspect(args []string) int {

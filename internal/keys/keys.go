@@ -161,6 +161,15 @@ func (q Queue) Stats() string { return q.base + "stats" }
 // schedule's members, so that they are counted with one ZCARD.
 func (q Queue) Retrying() string { return q.base + "retrying" }
 
+// Waiters is the zset of tasks someone waits on (client.Wait): member the task id,
+// score when the latest registration lapses (ms). It expires with its latest lapse.
+func (q Queue) Waiters() string { return q.base + "waiters" }
+
+// Done is the channel a task's end is published on while someone waits on it
+// (complete.lua, cancel.lua): the waiters key, ":", the task id. The message is the
+// final status.
+func (q Queue) Done(id string) string { return q.base + "waiters:" + id }
+
 // Succeeded is the list of the queue's recently succeeded tasks, newest first: entries
 // "MS ID", MS the time it succeeded; capped (lua.SucceededKept).
 func (q Queue) Succeeded() string { return q.base + "succeeded" }

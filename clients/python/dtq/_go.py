@@ -10,4 +10,6 @@ ENQUEUE_BATCH_BYTES = 1048576  # lua.EnqueueBatchBytes: payload bytes per call
 DEFAULT_MAX_PAYLOAD = 1048576  # client.DefaultMaxPayload
 REGISTER_EVERY_MS = 10000  # client.RegisterEvery
 ENQUEUE_SHA1 = "0b20ce8df18f3464653ac1da49d6646db4b099fb"  # the hash of lua/enqueue.lua, as Go's EVALSHA names it
-CANCEL_SHA1 = "63f7800bffa08d5131da2f78e57e111bb5b1de92"  # the hash of lua/cancel.lua
+CANCEL_SHA1 = "c05b68d0c28215d2eeb71bc021c9c07d42011599"  # the hash of lua/cancel.lua
+WAIT_LEASE_MS = 30000  # client.WaitLease: one registration of a waiter
+WAIT_RENEW_MS = 10000  # client.WaitRenew: how often a waiter renews it

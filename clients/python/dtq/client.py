@@ -258,6 +258,7 @@ class _Script:
 
 _ENQUEUE = _Script("enqueue.lua")
 _CANCEL = _Script("cancel.lua")
+_WAIT = _Script("wait.lua")
 
 
 class _Keys:
@@ -529,12 +530,67 @@ class Client:
             raise NotFound(f"cancel {id}: no such task")
         raise WrongStatus(f"cancel {id} (status {_text(reply[1])}): task is not in a state that allows this")
 
+    def wait(self, queue: str, id: str, timeout: Optional[Seconds] = None) -> TaskInfo:
+        """Wait until the task ends (succeeded, dead or cancelled) and return its final
+        record (client.Wait): woken by a push on the task's channel, not by polling. It
+        subscribes first, then registers (wait.lua, the registration renewed every
+        WAIT_RENEW_MS and ended on return; one left behind lapses after WAIT_LEASE_MS).
+        A retry is not an end. timeout in seconds (None: no limit). Raises InvalidTask,
+        NotFound, TimeoutError."""
+        problem = _queue_problem(_raw(_need_str("queue", queue)))
+        if problem:
+            raise _invalid(problem)
+        if not _need_str("id", id):
+            raise _invalid("empty task id")
+        limit = None if timeout is None else _ms_of("timeout", timeout) / 1000.0
+        if limit is not None and limit < 0:
+            raise _invalid(f"timeout {timeout} is negative")
+        deadline = None if limit is None else time.monotonic() + limit
+        k = _Keys(self._prefix, queue)
+        keys = [k.base + b"waiters", k.task(id)]
+        ps = self._r.pubsub(ignore_subscribe_messages=True)
+        until = 0
+        try:
+            ps.subscribe(k.base + b"waiters:" + _raw(id))
+            while True:
+                now = self._now_ms()
+                until = now + _go.WAIT_LEASE_MS
+                status = _text(_WAIT.run(self._r, keys, [_raw(id), b"%d" % now, b"%d" % until, b"0"]))
+                if status == "":
+                    until = 0
+                    raise NotFound(f"wait {id} in {queue}: no such task")
+                if status in (SUCCEEDED, DEAD, CANCELLED):
+                    until = 0
+                    return self.get(queue, id)
+                renew = time.monotonic() + _go.WAIT_RENEW_MS / 1000.0
+                while True:
+                    end = renew if deadline is None else min(renew, deadline)
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        if deadline is not None and time.monotonic() >= deadline:
+                            raise TimeoutError(f"wait {id}: the task had not ended after {timeout}s")
+                        break  # renew the registration
+                    msg = ps.get_message(timeout=left)
+                    if msg is None or msg.get("type") != "message":
+                        continue
+                    ti = self.get(queue, id)
+                    if ti.status in (SUCCEEDED, DEAD, CANCELLED):
+                        until = 0  # the ending script removed the registration
+                        return ti
+        finally:
+            if until:
+                try:
+                    _WAIT.run(self._r, keys, [_raw(id), b"%d" % self._now_ms(), b"0", b"%d" % until])
+                except redis.RedisError:
+                    pass  # it lapses by itself
+            ps.close()
+
     def _cancel_call(self, queue: str, task_id: str, unique: str, now: int) -> Tuple[List[bytes], List[bytes]]:
         """The KEYS and ARGV of one cancel.lua call (lua.Cancel's cancelKV)."""
         k = _Keys(self._prefix, queue)
         h = k.task(task_id)
         u = k.unique(unique) if unique else h
-        keys = [h, k.base + b"schedule", *k.streams(), u]
+        keys = [h, k.base + b"schedule", *k.streams(), u, k.base + b"retrying", k.base + b"waiters"]
         return keys, [_go.GROUP.encode(), b"%d" % now, b"%d" % self._keep_ms, _raw(task_id)]
 
 

@@ -6,6 +6,8 @@ import hashlib
 import math
 import pathlib
 import re
+import threading
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Dict, List, Tuple, Union
 
@@ -339,6 +341,42 @@ def test_cancel_running_requests_a_stop(client: dtq.Client, rdb: "redis.Redis[by
     assert first is not None and int(first) > 0
     assert client.cancel("q", r.id) == dtq.CANCEL_REQUESTED
     assert rdb.hget(key, "cancel") == first
+
+
+def _registered(rdb: "redis.Redis[bytes]", prefix: str, id: str) -> None:
+    deadline = time.monotonic() + 30
+    while rdb.zscore(f"{prefix}:{{q}}:waiters", id) is None:
+        assert time.monotonic() < deadline, "the waiter never registered"
+        time.sleep(0.001)
+
+
+def test_wait_is_woken_by_the_end(client: dtq.Client, rdb: "redis.Redis[bytes]", prefix: str) -> None:
+    r = client.enqueue("q", "f", delay=3600)
+    got: List[object] = []
+    th = threading.Thread(target=lambda: got.append(client.wait("q", r.id, timeout=30)))
+    th.start()
+    _registered(rdb, prefix, r.id)
+    assert client.cancel("q", r.id) == dtq.CANCEL_DONE
+    th.join(30)
+    assert len(got) == 1 and isinstance(got[0], dtq.TaskInfo) and got[0].status == dtq.CANCELLED
+    assert rdb.exists(f"{prefix}:{{q}}:waiters") == 0  # nothing left behind
+    # an ended task returns at once
+    assert client.wait("q", r.id).status == dtq.CANCELLED
+
+
+def test_wait_timeout_and_errors(client: dtq.Client, rdb: "redis.Redis[bytes]", prefix: str) -> None:
+    r = client.enqueue("q", "f", delay=3600)
+    with pytest.raises(TimeoutError, match="had not ended"):
+        client.wait("q", r.id, timeout=0.2)
+    assert rdb.exists(f"{prefix}:{{q}}:waiters") == 0  # the registration ended with the wait
+    with pytest.raises(dtq.NotFound, match=r"^wait nope in q: no such task$"):
+        client.wait("q", "nope")
+    with pytest.raises(dtq.InvalidTask):
+        client.wait("a{b", r.id)
+    with pytest.raises(dtq.InvalidTask):
+        client.wait("q", "")
+    with pytest.raises(dtq.InvalidTask):
+        client.wait("q", r.id, timeout=-1)
 
 
 def test_cancel_missing(client: dtq.Client) -> None:

@@ -22,7 +22,7 @@ def test_wheel_ships_scripts_and_marker(tmp_path: pathlib.Path) -> None:
     assert len(wheels) == 1
     names = set(zipfile.ZipFile(wheels[0]).namelist())
     for f in ["dtq/__init__.py", "dtq/client.py", "dtq/_go.py", "dtq/_gostr.py", "dtq/py.typed",
-              "dtq/lua/enqueue.lua", "dtq/lua/cancel.lua"]:
+              "dtq/lua/enqueue.lua", "dtq/lua/cancel.lua", "dtq/lua/wait.lua"]:
         assert f in names, f
     with zipfile.ZipFile(wheels[0]) as z:
         assert z.read("dtq/lua/enqueue.lua") == (ROOT / "dtq" / "lua" / "enqueue.lua").read_bytes()
