@@ -9,5 +9,5 @@ ENQUEUE_BATCH = 100  # lua.EnqueueBatch: tasks per enqueue.lua call of enqueue_m
 ENQUEUE_BATCH_BYTES = 1048576  # lua.EnqueueBatchBytes: payload bytes per call
 DEFAULT_MAX_PAYLOAD = 1048576  # client.DefaultMaxPayload
 REGISTER_EVERY_MS = 10000  # client.RegisterEvery
-ENQUEUE_SHA1 = "0b20ce8df18f3464653ac1da49d6646db4b099fb"  # the hash of lua/enqueue.lua, as Go's EVALSHA names it
+ENQUEUE_SHA1 = "f22c917f84cdedfa7ab2847e022ace6d82fabf08"  # the hash of lua/enqueue.lua, as Go's EVALSHA names it
 CANCEL_SHA1 = "7ba366d56246e1a1fa917891feb54bbce501eafe"  # the hash of lua/cancel.lua
