@@ -28,6 +28,8 @@ type execution struct {
 	text     string
 	retryAt  int64
 	reason   string // why the outcome (for logs and events)
+
+	traceparent, tracestate string // the producer's trace context, read when tracing is on
 }
 
 func (e *execution) heldRef() lua.Held { return e.s.Held() }
@@ -59,7 +61,8 @@ func (w *Worker) start(q keys.Queue, started []lua.Started) {
 	h := w.hold
 	h.begun.Add(int64(len(started)))
 	h.active.Store(now.UnixNano())
-	for _, s := range started {
+	tc := w.tracer.load(w, q, started)
+	for i, s := range started {
 		fn := w.reg.lookup(s.Function)
 		label := s.Function
 		if fn == nil {
@@ -71,6 +74,9 @@ func (w *Worker) start(q keys.Queue, started []lua.Started) {
 			Payload: []byte(s.Payload), Priority: s.Band, Failures: s.Failures,
 			MaxRetries: w.maxRetries(s, fn), Reclaimed: s.Reclaimed,
 			CreatedAt: time.UnixMilli(s.CreatedMS),
+		}
+		if tc != nil {
+			e.traceparent, e.tracestate = tc[i][0], tc[i][1]
 		}
 		h.inflight.Add(1)
 		h.add(e)
@@ -212,6 +218,12 @@ func (w *Worker) doneRunning() {
 
 func (w *Worker) execute(e *execution) {
 	t := &e.task
+	base := w.pool.runCtx
+	if w.tracer != nil {
+		var end func()
+		base, end = w.tracer.begin(base, e)
+		defer end()
+	}
 	if e.s.Reclaimed && t.Failures > t.MaxRetries {
 		e.finish(lua.Dead, fmt.Sprintf("worker lost during attempt %d (no heartbeat within the visibility timeout); no retries left", t.Attempt-1), 0, "lost")
 		w.record(e)
@@ -232,10 +244,10 @@ func (w *Worker) execute(e *execution) {
 	if timeout <= 0 {
 		timeout = w.defTimeout
 	}
-	var ctx context.Context = w.pool.runCtx
+	ctx := base
 	var tctx *taskCtx
 	if timeout > 0 {
-		tctx = newTaskCtx(w.pool.runCtx, timeout)
+		tctx = newTaskCtx(base, timeout)
 		ctx = tctx
 	}
 	began := time.Now()

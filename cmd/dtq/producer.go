@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/dtq/dtq/client"
 )
 
@@ -100,10 +102,16 @@ func runEnqueue(args []string) int {
 	unique := fs.String("unique", "", "unique key: a second enqueue with it returns the first task's id")
 	reuse := fs.Bool("unique-reuse", false, "with --unique: when the task holding the key is dead or cancelled, create a new task and pass the key to it")
 	id := fs.String("id", "", "explicit task id (default: generated)")
+	traceparent, tracestate := traceFlags(fs)
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
 	if !noArgs("enqueue", fs) {
+		return exitUsage
+	}
+	tctx, err := withTraceparent(context.Background(), *traceparent, *tracestate)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dtq enqueue: %v\n", err)
 		return exitUsage
 	}
 	if *fn == "" {
@@ -146,7 +154,7 @@ func runEnqueue(args []string) int {
 		t.RunAt = at
 	}
 	return withClient("enqueue", r, func(ctx context.Context, c *client.Client) error {
-		rs, err := c.EnqueueMany(ctx, []client.Task{t})
+		rs, err := c.EnqueueMany(trace.ContextWithRemoteSpanContext(ctx, trace.SpanContextFromContext(tctx)), []client.Task{t})
 		if err != nil {
 			return err
 		}
