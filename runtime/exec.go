@@ -29,7 +29,8 @@ type execution struct {
 	retryAt  int64
 	reason   string // why the outcome (for logs and events)
 
-	traceparent, tracestate string // the producer's trace context, read when tracing is on
+	trace    *traceRead // the producer's trace context, read when tracing is on (trace.go)
+	traceIdx int        // this execution's place in trace
 }
 
 func (e *execution) heldRef() lua.Held { return e.s.Held() }
@@ -75,9 +76,7 @@ func (w *Worker) start(q keys.Queue, started []lua.Started) {
 			MaxRetries: w.maxRetries(s, fn), Reclaimed: s.Reclaimed,
 			CreatedAt: time.UnixMilli(s.CreatedMS),
 		}
-		if tc != nil {
-			e.traceparent, e.tracestate = tc[i][0], tc[i][1]
-		}
+		e.trace, e.traceIdx = tc, i
 		h.inflight.Add(1)
 		h.add(e)
 		if s.HandedOff {

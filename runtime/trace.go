@@ -16,8 +16,8 @@ import (
 
 // tracer runs each attempt in a consumer span (Options.Tracer). The span continues the
 // producer's trace as its child: the traceparent the client stored with the task at
-// enqueue (fields traceparent, tracestate) is read when the attempt starts, one
-// pipelined HMGET per batch of started tasks. With tracing off (nil *tracer) nothing is
+// enqueue (fields traceparent, tracestate) is read when the attempts are started, one
+// pipelined HMGET per batch of started tasks, beside the poller. With tracing off (nil *tracer) nothing is
 // read and no span is made.
 //
 // Each attempt is a span of its own: a retry, a reclaim after a worker died and a run
@@ -38,33 +38,45 @@ func newTracer(tp trace.TracerProvider) *tracer {
 	return &tracer{t: tp.Tracer("github.com/dtq/dtq/runtime")}
 }
 
-// load reads the trace context (traceparent, tracestate) of each started task, in the
-// order of started; nil when tracing is off. A failed read leaves them empty: the
-// attempts run in root spans, and the failure is logged at debug level.
-func (tr *tracer) load(w *Worker, q keys.Queue, started []lua.Started) [][2]string {
+// traceRead is the read of the trace contexts (traceparent, tracestate) of one batch
+// of started tasks, in their order; ctx is closed once it has returned.
+type traceRead struct {
+	done chan struct{}
+	ctx  [][2]string
+}
+
+// load starts the read of the trace context of each started task, one pipelined
+// HMGET, on a goroutine of its own: the poller goes on at once, and each execution
+// waits for the read before its span starts. Nil when tracing is off. A failed read
+// leaves them empty: the attempts run in root spans, and the failure is logged at
+// debug level.
+func (tr *tracer) load(w *Worker, q keys.Queue, started []lua.Started) *traceRead {
 	if tr == nil || len(started) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), traceLoadTimeout)
-	defer cancel()
+	r := &traceRead{done: make(chan struct{}), ctx: make([][2]string, len(started))}
 	p := w.rdb.Pipeline()
+	ctx, cancel := context.WithTimeout(context.Background(), traceLoadTimeout)
 	cmds := make([]*redis.SliceCmd, len(started))
 	for i, s := range started {
 		cmds[i] = p.HMGet(ctx, q.Task(s.ID), "traceparent", "tracestate")
 	}
-	out := make([][2]string, len(started))
-	if _, err := p.Exec(ctx); err != nil {
-		w.log.Debug("tracing: reading the tasks' trace context failed", "queue", q.Name, "err", err)
-	}
-	for i, c := range cmds {
-		v, err := c.Result()
-		if err != nil || len(v) != 2 {
-			continue
+	go func() {
+		defer close(r.done)
+		defer cancel()
+		if _, err := p.Exec(ctx); err != nil {
+			w.log.Debug("tracing: reading the tasks' trace context failed", "queue", q.Name, "err", err)
 		}
-		out[i][0], _ = v[0].(string)
-		out[i][1], _ = v[1].(string)
-	}
-	return out
+		for i, c := range cmds {
+			v, err := c.Result()
+			if err != nil || len(v) != 2 {
+				continue
+			}
+			r.ctx[i][0], _ = v[0].(string)
+			r.ctx[i][1], _ = v[1].(string)
+		}
+	}()
+	return r
 }
 
 // begin starts e's span under the producer's span context and returns parent carrying
@@ -73,10 +85,15 @@ func (tr *tracer) load(w *Worker, q keys.Queue, started []lua.Started) [][2]stri
 func (tr *tracer) begin(parent context.Context, e *execution) (context.Context, func()) {
 	t := &e.task
 	pctx := parent
-	if e.traceparent != "" {
-		c := propagation.MapCarrier{"traceparent": e.traceparent}
-		if e.tracestate != "" {
-			c["tracestate"] = e.tracestate
+	var tp, ts string
+	if e.trace != nil {
+		<-e.trace.done
+		tp, ts = e.trace.ctx[e.traceIdx][0], e.trace.ctx[e.traceIdx][1]
+	}
+	if tp != "" {
+		c := propagation.MapCarrier{"traceparent": tp}
+		if ts != "" {
+			c["tracestate"] = ts
 		}
 		if sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), c)); sc.IsValid() {
 			pctx = trace.ContextWithRemoteSpanContext(parent, sc)

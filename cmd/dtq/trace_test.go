@@ -273,6 +273,32 @@ func TestTraceSurvivesWorkerKill(t *testing.T) {
 	}
 }
 
+// The drain flushes the spans still buffered: with a batch delay of ten minutes, the
+// span of a finished task reaches the receiver by the time the worker has exited.
+func TestTraceDrainFlushesSpans(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	prefix := redistest.Prefix(t)
+	r := newReceiver(t)
+	w := startWorker(t, traceEnv(srv, prefix, r), "OTEL_BSP_SCHEDULE_DELAY=600000")
+	c := client.New(srv.Client(t), client.Options{Prefix: prefix})
+	ctx, psc := producer(t)
+	id, _, err := c.Enqueue(ctx, client.Task{Queue: "default", Function: "noop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the task done", func() bool {
+		ti, _ := c.Get(context.Background(), "default", id)
+		return ti != nil && ti.Status == "succeeded"
+	})
+	w.stop(t)
+	s := r.ofTask(id)[1]
+	if s == nil {
+		t.Fatal("the span of a finished task was not exported by the time the worker exited")
+	}
+	checkChild(t, s, psc)
+}
+
 // Tracing off (OTEL_TRACES_EXPORTER unset, though an endpoint is set): the worker
 // exports nothing, not even for a task whose producer was traced; an untraced
 // enqueue writes no trace fields.
