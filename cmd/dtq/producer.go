@@ -102,14 +102,15 @@ func runEnqueue(args []string) int {
 	unique := fs.String("unique", "", "unique key: a second enqueue with it returns the first task's id")
 	reuse := fs.Bool("unique-reuse", false, "with --unique: when the task holding the key is dead or cancelled, create a new task and pass the key to it")
 	id := fs.String("id", "", "explicit task id (default: generated)")
-	traceparent, tracestate := traceFlags(fs)
+	traceContext := traceFlags(fs)
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
 	if !noArgs("enqueue", fs) {
 		return exitUsage
 	}
-	tctx, err := withTraceparent(context.Background(), *traceparent, *tracestate)
+	tp, ts := traceContext()
+	tctx, err := withTraceparent(context.Background(), tp, ts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dtq enqueue: %v\n", err)
 		return exitUsage

@@ -13,13 +13,25 @@ import (
 	"github.com/dtq/dtq/internal/tracing"
 )
 
-// traceFlags adds --traceparent and --tracestate to fs. Their defaults are the
-// TRACEPARENT and TRACESTATE variables (the convention for passing a W3C trace context
-// to a command): a task enqueued with one continues that trace in the worker.
-func traceFlags(fs *flag.FlagSet) (traceparent, tracestate *string) {
-	traceparent = fs.String("traceparent", os.Getenv("TRACEPARENT"), "W3C traceparent of the producer's span, stored with the task (default: $TRACEPARENT)")
-	tracestate = fs.String("tracestate", os.Getenv("TRACESTATE"), "W3C tracestate to go with --traceparent (default: $TRACESTATE)")
-	return traceparent, tracestate
+// traceFlags adds --traceparent and --tracestate to fs; the returned func gives their
+// values once fs is parsed. A flag not given falls back to the TRACEPARENT or
+// TRACESTATE variable (the convention for passing a W3C trace context to a command): a
+// task enqueued with one continues that trace in the worker.
+func traceFlags(fs *flag.FlagSet) func() (traceparent, tracestate string) {
+	tp := fs.String("traceparent", "", "W3C traceparent of the producer's span, stored with the task (default: $TRACEPARENT)")
+	ts := fs.String("tracestate", "", "W3C tracestate to go with --traceparent (default: $TRACESTATE)")
+	return func() (string, string) {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		traceparent, tracestate := *tp, *ts
+		if !set["traceparent"] {
+			traceparent = os.Getenv("TRACEPARENT")
+		}
+		if !set["tracestate"] {
+			tracestate = os.Getenv("TRACESTATE")
+		}
+		return traceparent, tracestate
+	}
 }
 
 // withTraceparent returns ctx carrying the remote span context that traceparent and

@@ -363,6 +363,14 @@ func TestEnqueueTraceparentFlagAndEnv(t *testing.T) {
 		t.Fatalf("TRACEPARENT: exit %d, stored %q", code, field(id, "traceparent"))
 	}
 	tasks := func() int { return len(rdb.Keys(context.Background(), prefix+":{default}:t:*").Val()) }
+	other := "00-" + strings.Repeat("ef", 16) + "-" + strings.Repeat("01", 8) + "-00"
+	out, _, code = dtq(t, append(env, "TRACEPARENT=garbage"), "enqueue", "--function", "noop", "--traceparent", other)
+	if id := strings.TrimSpace(out); code != 0 || field(id, "traceparent") != other {
+		t.Fatalf("--traceparent over TRACEPARENT: exit %d, stored %q", code, field(id, "traceparent"))
+	}
+	if _, errOut, code := dtq(t, append(env, "TRACEPARENT=garbage"), "enqueue", "--function", "noop"); code != 2 || !strings.Contains(errOut, "TRACEPARENT") {
+		t.Errorf("a malformed TRACEPARENT: exit %d stderr %q; want 2 naming it", code, errOut)
+	}
 	before := tasks()
 	for _, args := range [][]string{
 		{"--traceparent", "00-zz-cd-01"},
