@@ -161,8 +161,8 @@ func (c *Client) Enqueue(ctx context.Context, t Task) (id string, created bool, 
 		return "", false, err
 	}
 	now := c.now()
-	rs, err := lua.Enqueue.Run(ctx, c.rdb, lua.EnqueueArgs{Queue: c.ks.Queue(t.Queue), NowMS: now.UnixMilli(),
-		Tasks: []lua.NewTask{c.args(&t, now)}})
+	rs, err := lua.Enqueue.Run(ctx, c.rdb, withTrace(ctx, lua.EnqueueArgs{Queue: c.ks.Queue(t.Queue), NowMS: now.UnixMilli(),
+		Tasks: []lua.NewTask{c.args(&t, now)}}))
 	if err != nil {
 		return "", false, err
 	}
@@ -218,7 +218,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ts []Task) ([]Result, error) {
 	for attempt := 0; attempt < 2 && len(bs) > 0; attempt++ {
 		p := c.rdb.Pipeline()
 		for _, b := range bs {
-			b.call = lua.Enqueue.Queue(ctx, p, lua.EnqueueArgs{Queue: b.q, NowMS: now.UnixMilli(), Tasks: b.args})
+			b.call = lua.Enqueue.Queue(ctx, p, withTrace(ctx, lua.EnqueueArgs{Queue: b.q, NowMS: now.UnixMilli(), Tasks: b.args}))
 		}
 		_, _ = p.Exec(ctx)
 		var again []*batch

@@ -32,6 +32,9 @@ type EnqueueArgs struct {
 	Queue keys.Queue
 	NowMS int64
 	Tasks []NewTask
+	// Traceparent and Tracestate: the producer's W3C trace context, written into every
+	// task of the call ("" Traceparent: no trace fields, and no extra arguments).
+	Traceparent, Tracestate string
 }
 
 // NewTask are the fields of a new task.
@@ -72,6 +75,9 @@ func enqueueKV(a EnqueueArgs) ([]string, []any, error) {
 			reuse = "1"
 		}
 		args = append(args, t.ID, t.Function, t.Payload, t.Priority, t.MaxRetries, t.TimeoutMS, t.RunAtMS, t.Unique, reuse)
+	}
+	if a.Traceparent != "" {
+		args = append(args, a.Traceparent, a.Tracestate)
 	}
 	return []string{q.TaskPrefix(), q.StreamPrefix(), q.Schedule(), q.UniquePrefix(), q.Waiting(), q.Paused(),
 		q.InboxPrefix(), q.Handed()}, args, nil

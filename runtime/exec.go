@@ -29,6 +29,9 @@ type execution struct {
 	retryAt  int64
 	reason   string // why the outcome (for logs and events)
 
+	trace    *traceRead // the producer's trace context, read when tracing is on (trace.go)
+	traceIdx int        // this execution's place in trace
+
 	// cancelReq is set when the heartbeat learns the task's cancel was requested;
 	// tctx is the running function's context, which it then cancels (cancelRequested).
 	cancelReq atomic.Bool
@@ -82,7 +85,8 @@ func (w *Worker) start(q keys.Queue, started []lua.Started) {
 	h := w.hold
 	h.begun.Add(int64(len(started)))
 	h.active.Store(now.UnixNano())
-	for _, s := range started {
+	tc := w.tracer.load(w, q, started)
+	for i, s := range started {
 		fn := w.reg.lookup(s.Function)
 		label := s.Function
 		if fn == nil {
@@ -95,6 +99,7 @@ func (w *Worker) start(q keys.Queue, started []lua.Started) {
 			MaxRetries: w.maxRetries(s, fn), Reclaimed: s.Reclaimed,
 			CreatedAt: time.UnixMilli(s.CreatedMS),
 		}
+		e.trace, e.traceIdx = tc, i
 		h.inflight.Add(1)
 		h.add(e)
 		if s.HandedOff {
@@ -235,6 +240,12 @@ func (w *Worker) doneRunning() {
 
 func (w *Worker) execute(e *execution) {
 	t := &e.task
+	base := w.pool.runCtx
+	if w.tracer != nil {
+		var end func()
+		base, end = w.tracer.begin(base, e)
+		defer end()
+	}
 	if e.s.Reclaimed && t.Failures > t.MaxRetries {
 		e.finish(lua.Dead, fmt.Sprintf("worker lost during attempt %d (no heartbeat within the visibility timeout); no retries left", t.Attempt-1), 0, "lost")
 		w.record(e)
@@ -255,7 +266,7 @@ func (w *Worker) execute(e *execution) {
 	if timeout <= 0 {
 		timeout = w.defTimeout
 	}
-	tctx := newTaskCtx(w.pool.runCtx, timeout)
+	tctx := newTaskCtx(base, timeout)
 	e.tctx.Store(tctx)
 	if e.cancelReq.Load() {
 		tctx.cancelTask(ErrCancelled) // requested while the task waited for an executor

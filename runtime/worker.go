@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/liveness"
@@ -39,6 +40,9 @@ type Options struct {
 	// worker does). Without it the client is left as it is, round trips are not
 	// counted, and the health follows the outcomes of the worker's own commands.
 	InstrumentRedis bool
+	// Tracer, when set, runs every attempt in a consumer span that continues the trace
+	// its producer stored with the task (trace.go). Nil: no span, and no trace read.
+	Tracer trace.TracerProvider
 }
 
 // Worker runs functions on tasks from the priority streams of its queues. It composes
@@ -81,6 +85,7 @@ type core struct {
 	// the same worker id (a restart under a fixed DTQ_WORKER_ID): their receipts live
 	// 60 s, and a call of the same name would get the other's reply.
 	callTag string
+	tracer  *tracer // nil: tracing off (trace.go)
 }
 
 // tally is what the worker counts and reports in its heartbeat.
@@ -150,7 +155,7 @@ func New(o Options) (*Worker, error) {
 			keepMS:       cfg.ResultTTL.Milliseconds(),
 			defTimeout:   cfg.DefaultTimeout,
 			defBackoff:   ExpBackoff(cfg.RetryBase, cfg.RetryMax),
-			instrumented: o.InstrumentRedis,
+			instrumented: o.InstrumentRedis, tracer: newTracer(o.Tracer),
 		},
 		tally:    &tally{},
 		services: services{hold: newHoldings()},

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/dtq/dtq/client"
 )
 
@@ -104,6 +106,7 @@ func runEnqueue(args []string) int {
 	id := fs.String("id", "", "explicit task id (default: generated)")
 	wait := fs.Bool("wait", false, "wait for the task to end, print its final record as JSON; exit 1 unless it succeeded")
 	waitFor := fs.Duration("wait-timeout", 0, "with --wait: give up after this long (0: "+maxWait.String()+", the most)")
+	traceContext := traceFlags(fs)
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -116,6 +119,12 @@ func runEnqueue(args []string) int {
 	}
 	if *waitFor == 0 {
 		*waitFor = maxWait
+	}
+	tp, ts := traceContext()
+	tctx, err := withTraceparent(context.Background(), tp, ts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dtq enqueue: %v\n", err)
+		return exitUsage
 	}
 	if *fn == "" {
 		fmt.Fprintln(os.Stderr, "dtq enqueue: --function is required")
@@ -157,7 +166,7 @@ func runEnqueue(args []string) int {
 		t.RunAt = at
 	}
 	return withClient("enqueue", r, func(ctx context.Context, c *client.Client) error {
-		rs, err := c.EnqueueMany(ctx, []client.Task{t})
+		rs, err := c.EnqueueMany(trace.ContextWithRemoteSpanContext(ctx, trace.SpanContextFromContext(tctx)), []client.Task{t})
 		if err != nil {
 			return err
 		}

@@ -38,6 +38,12 @@ func runWorker(args []string) int {
 		return exitUsage
 	}
 	log := logging.New(cfg.LogFormat, cfg.LogLevel, os.Stderr)
+	tp, flushSpans, err := workerTracing(log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dtq worker: %v\n", err)
+		return exitUsage
+	}
+	defer flushSpans()
 	logging.RouteRedis(log.With("worker_id", cfg.WorkerID))
 	rdb, err := redisconn.Open(cfg.RedisURL, redisconn.Options{CAFile: cfg.RedisCAFile, PoolSize: cfg.Concurrency + 16, Name: cfg.WorkerID})
 	if err != nil {
@@ -65,7 +71,8 @@ func runWorker(args []string) int {
 	quiet := slog.New(redisconn.QuietRefusals(log.Handler()))
 	w, err := runtime.New(runtime.Options{Config: cfg, Redis: rdb, Registry: function.Registry(), Logger: quiet,
 		Pprof:           http.DefaultServeMux, // net/http/pprof registered there; served with DTQ_PPROF only
-		InstrumentRedis: true})                // the worker owns this client: count its round trips
+		InstrumentRedis: true,                 // the worker owns this client: count its round trips
+		Tracer:          tp})                  // OTEL_TRACES_EXPORTER=otlp; nil: off
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dtq worker: %v\n", err)
 		return exitUsage

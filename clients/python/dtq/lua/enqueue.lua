@@ -27,6 +27,9 @@ end
 --   id, function, payload, priority 0..9, max retries, timeout ms (0: the function's
 --   default), run at ms (<= now: run now), unique key ("" for none), reuse ("1": a
 --   unique key held by a dead or cancelled task passes to this one)
+-- then, optionally, 2 more after the last task: the producer's W3C traceparent and
+--   tracestate, written into every task of the call (a call without them writes no
+--   trace fields: the 9-per-task layout tells the two apart)
 --
 -- Numbers stay the strings ARGV holds: a Lua number passed to redis.call is formatted
 -- with snprintf, a measurable cost per task. A batch pays the call's own cost once, looks
@@ -68,6 +71,12 @@ local out = {}
 local ready = {} -- band streams known to exist with their group
 local waiters = true -- false once no worker waits (none can start waiting meanwhile)
 local paused -- looked up on the first hand-off
+local last = #ARGV
+local traceparent, tracestate
+if (last - 3) % 9 == 2 then
+  traceparent, tracestate = ARGV[last - 1], ARGV[last]
+  last = last - 2
+end
 
 -- handoff starts the task whose entry was just added to stream for one waiting worker,
 -- if there is one; it returns the worker, or nil. It runs under pcall: a hand-off that
@@ -103,7 +112,7 @@ local function handoff(stream, entry, id, fn, payload, prio, maxr, tmo, unique)
 end
 
 local i = 4
-while i <= #ARGV do
+while i <= last do
   local id, fn, payload, prio = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local maxr, tmo, run_at, unique, reuse = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]
   i = i + 9
@@ -168,6 +177,14 @@ while i <= #ARGV do
       "function", fn, "payload", payload, "timeout_ms", tmo, "max_retries", maxr,
       "failures", "0", "unique", unique, "created_at", now, "priority", prio,
       "id", id, "queue", ARGV[1], "run_at", run_at, "queued_at", queued_at)
+    if traceparent then
+      -- after the fields every claim reads: only a traced worker looks them up
+      if tracestate ~= "" then
+        redis.call("HSET", task, "traceparent", traceparent, "tracestate", tracestate)
+      else
+        redis.call("HSET", task, "traceparent", traceparent)
+      end
+    end
     if unique ~= "" then
       redis.call("SET", KEYS[4] .. unique, id)
     end
