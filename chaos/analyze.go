@@ -27,6 +27,7 @@ const (
 	FaultBroken         = "broken-key"      // a band stream of one queue made a string
 	FaultBrokenSchedule = "broken-schedule" // the schedule zset of one queue made a string
 	FaultRegistry       = "registry"        // PREFIX:queues deleted
+	FaultCancel         = "cancel"          // client.CancelTask of a task, most often a running one
 )
 
 // Fault is one injected fault. PID 0 means it hit every worker (a Redis fault).
@@ -53,6 +54,11 @@ type Fault struct {
 	// Probes of a broken key: "queue\x00id" of quick tasks enqueued on the other queues
 	// as the key broke; each of those queues must start one before it is mended.
 	Probes []string `json:"-"`
+	// A cancel (Key: the task id): what CancelTask said ("cancelled", "requested", or
+	// "ended STATUS" when it refused) and the record's attempt read just after it
+	// returned; no attempt above it may start.
+	Said    string `json:"said,omitempty"`
+	Attempt int64  `json:"attempt,omitempty"`
 	// HandedDead holds the probes the enqueue handed to a waiting worker that was gone
 	// (killed or frozen): they wait for the leader's rescue, so their queue may start
 	// nothing in the window without a stall.
@@ -112,6 +118,18 @@ type Findings struct {
 	PauseHeld     int `json:"pause_held"`
 	PauseStraddle int `json:"pause_straddle"`
 	PauseStarts   int `json:"pause_starts"`
+	// Cancels: what CancelTask said (done: it was waiting; requested: it was running;
+	// too late: it had ended). CancelledRunning: of the requested, those that ended
+	// cancelled. CancelStarts: attempts started after a cancel that did not come too
+	// late; CancelUnasked: tasks cancelled nobody cancelled; CancelBroken: a cancel's
+	// answer the final record contradicts. The last three are violations.
+	CancelsDone      int `json:"cancels_done"`
+	CancelsRequested int `json:"cancels_requested"`
+	CancelsTooLate   int `json:"cancels_too_late"`
+	CancelledRunning int `json:"cancelled_running"`
+	CancelStarts     int `json:"cancel_starts"`
+	CancelUnasked    int `json:"cancel_unasked"`
+	CancelBroken     int `json:"cancel_broken"`
 	// BrokenStalls counts other queues that started nothing (their probes waiting) while
 	// a key of one queue was broken.
 	BrokenStalls int `json:"broken_stalls"`
@@ -278,6 +296,7 @@ func Analyze(specs []Spec, finals map[string]Final, execs []*Exec, faults []Faul
 	}
 	f.checkPauses(execs, faults)
 	f.checkBroken(execs, faults)
+	f.checkCancels(finals, byTask, faults)
 	for k, list := range byTask {
 		if !known[k] {
 			f.UnknownExecution += len(list)
@@ -360,6 +379,9 @@ func (f Findings) Violations() []string {
 	add(f.UnexpectedDead, "tasks dead that should have succeeded")
 	add(f.UnexpectedAlive, "tasks succeeded that should have died")
 	add(f.EarlyStarts, "delayed tasks started early")
+	add(f.CancelStarts, "attempts started after their task's cancel")
+	add(f.CancelUnasked, "tasks cancelled that nobody cancelled")
+	add(f.CancelBroken, "cancels whose answer the final record contradicts")
 	add(f.UnknownExecution, "executions of tasks nobody enqueued")
 	add(f.PauseStarts, "starts of a paused queue's tasks after Pause returned")
 	add(f.BrokenStalls, "queues that started nothing while another queue's key was broken")
@@ -447,4 +469,53 @@ func lostToBrokenSchedule(s Spec, fin Final, list []*Exec, faults []Fault) bool 
 		}
 	}
 	return false
+}
+
+// checkCancels holds the cancels (FaultCancel) against the ledger and the final records:
+// after a cancel that found the task waiting or running, no attempt above the one the
+// record held just after it starts; a task the cancel found waiting ends cancelled; one
+// it found ended stays so; and a task ends cancelled only if someone cancelled it.
+func (f *Findings) checkCancels(finals map[string]Final, byTask map[string][]*Exec, faults []Fault) {
+	asked := map[string]bool{}
+	for _, ft := range faults {
+		if ft.Kind != FaultCancel {
+			continue
+		}
+		k := ft.Queue + "\x00" + ft.Key
+		fin := finals[k]
+		switch {
+		case ft.Said == "cancelled":
+			f.CancelsDone++
+			asked[k] = true
+			if fin.Status != client.StatusCancelled {
+				f.CancelBroken++
+				f.problem("cancel: %s/%s was cancelled while waiting but ended %q", ft.Queue, ft.Key, fin.Status)
+			}
+		case ft.Said == "requested":
+			f.CancelsRequested++
+			asked[k] = true
+			if fin.Status == client.StatusCancelled {
+				f.CancelledRunning++
+			}
+		default:
+			f.CancelsTooLate++
+			if want := strings.TrimPrefix(ft.Said, "ended "); want != string(fin.Status) {
+				f.CancelBroken++
+				f.problem("cancel: %s/%s had ended %q when cancelled but is %q", ft.Queue, ft.Key, want, fin.Status)
+			}
+			continue
+		}
+		for _, e := range byTask[k] {
+			if e.Attempt > ft.Attempt {
+				f.CancelStarts++
+				f.problem("cancel: %s/%s attempt %d started after its cancel (%s at attempt %d)", ft.Queue, ft.Key, e.Attempt, ft.Said, ft.Attempt)
+			}
+		}
+	}
+	for k, fin := range finals {
+		if fin.Status == client.StatusCancelled && !asked[k] {
+			f.CancelUnasked++
+			f.problem("cancel: %s ended cancelled, and nobody cancelled it", strings.ReplaceAll(k, "\x00", "/"))
+		}
+	}
 }

@@ -42,6 +42,7 @@ func (h *harness) injectAll(ctx context.Context) error {
 	add(o.BrokenKeys, FaultBroken)
 	add(o.BrokenSchedules, FaultBrokenSchedule)
 	add(o.RegistryDeletes, FaultRegistry)
+	add(o.Cancels, FaultCancel)
 	for i := len(kinds) - 1; i > 0; i-- {
 		j := h.intn(i + 1)
 		kinds[i], kinds[j] = kinds[j], kinds[i]
@@ -108,6 +109,8 @@ func (h *harness) inject(ctx context.Context, kind string, n int) error {
 		return h.breakKey(ctx, n, true)
 	case FaultRegistry:
 		return h.deleteRegistry(ctx, n)
+	case FaultCancel:
+		return h.cancels(ctx)
 	case FaultRedisRestart:
 		at := time.Now()
 		h.srv.kill()

@@ -72,6 +72,9 @@ type Options struct {
 	// RegistryDeletes delete PREFIX:queues, three times 300 ms apart. With it, odd
 	// worker slots serve one queue fewer, so a leader may rely on the registry.
 	RegistryDeletes int
+	// Cancels each cancel (client.CancelTask) up to three running tasks and one other,
+	// racing their completions (0).
+	Cancels int
 	// LongShare is the share of tasks that sleep 2–3× the visibility timeout (0: 2%;
 	// negative: none).
 	LongShare float64
@@ -130,6 +133,7 @@ type Report struct {
 	// after it was mended).
 	BrokenHeld      int `json:"broken_held"`
 	RegistryDeletes int `json:"registry_deletes"`
+	Cancels         int `json:"cancels"`
 	// RegistryStalls counts queues whose delayed task or retry did not move after the
 	// registry was deleted (the harness then registered the queues again).
 	RegistryStalls int `json:"registry_stalls"`
@@ -197,6 +201,10 @@ func (r Report) String() string {
 	p("  keyspace, client  %d bursts (%d entries whose id another stream holds too), %d pauses, %d broken band streams and %d broken schedules (%d items held back), %d registry deletions",
 		r.Bursts, r.SharedEntryIDs, r.Pauses, r.BrokenKeys, r.BrokenSchedules, r.BrokenHeld, r.RegistryDeletes)
 	p("  long tasks        %d (2–3× the visibility timeout), %d re-executed (%d unexplained)", r.LongTasks, r.LongReexec, r.LongUnexplained)
+	if r.Cancels > 0 {
+		p("  cancels           %d rounds: %d found waiting, %d running (%d of them ended cancelled, the others finished first), %d too late; %d starts after a cancel, %d unasked, %d contradicted (violations)",
+			r.Cancels, r.CancelsDone, r.CancelsRequested, r.CancelledRunning, r.CancelsTooLate, r.CancelStarts, r.CancelUnasked, r.CancelBroken)
+	}
 	p("  pauses            %d starts in a pause window: %d started in Redis before it, %d claimed while Pause was being sent, %d after it (violations); %d deliveries put back unstarted",
 		r.PauseHeld+r.PauseStraddle+r.PauseStarts, r.PauseHeld, r.PauseStraddle, r.PauseStarts, r.PauseReturned)
 	p("  registry          %d deletions, %d while the leader did not serve every queue; %d queues whose delayed task or retry did not move within 10 s (violations)",
@@ -256,7 +264,7 @@ func (o *Options) defaults() {
 	}
 	if o.Kills == 0 && o.Terms == 0 && o.Freezes == 0 && o.LeaderKills == 0 && o.RedisRestarts == 0 &&
 		o.ConnCuts == 0 && o.ReplyCuts == 0 && o.Outages == 0 && o.Delays == 0 && o.LongOutages == 0 &&
-		o.Bursts == 0 && o.Pauses == 0 && o.BrokenKeys == 0 && o.BrokenSchedules == 0 && o.RegistryDeletes == 0 {
+		o.Bursts == 0 && o.Pauses == 0 && o.BrokenKeys == 0 && o.BrokenSchedules == 0 && o.RegistryDeletes == 0 && o.Cancels == 0 {
 		if o.InProcess {
 			o.RedisRestarts, o.ConnCuts, o.ReplyCuts, o.Outages, o.Delays = 2, 3, 6, 1, 1
 		} else {

@@ -437,3 +437,63 @@ func (h *harness) countEvents(ctx context.Context, typ string) (int, error) {
 		from = "(" + msgs[len(msgs)-1].ID
 	}
 }
+
+// cancels cancels up to three tasks running now and one in another state, each racing
+// its completion: CancelTask's answer and the record's attempt just after it go to the
+// fault log, and the analysis holds the ledger and the final records against them.
+func (h *harness) cancels(ctx context.Context) error {
+	h.mu.Lock()
+	var pick []Spec
+	for i := 0; i < 60 && len(h.specs) > 0; i++ {
+		pick = append(pick, h.specs[h.intn(len(h.specs))])
+	}
+	h.mu.Unlock()
+	pipe := h.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(pick))
+	for i, s := range pick {
+		cmds[i] = pipe.HGet(ctx, h.ks.Queue(s.Queue).Task(s.ID), "status")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("chaos: cancel: %w", err)
+	}
+	var chosen []Spec
+	running, other := 0, 0
+	seen := map[string]bool{}
+	for i, s := range pick {
+		if seen[s.Queue+"/"+s.ID] {
+			continue
+		}
+		seen[s.Queue+"/"+s.ID] = true
+		if cmds[i].Val() == string(client.StatusRunning) && running < 3 {
+			running++
+			chosen = append(chosen, s)
+		} else if cmds[i].Val() != string(client.StatusRunning) && other < 1 {
+			other++
+			chosen = append(chosen, s)
+		}
+	}
+	said := map[string]int{}
+	for _, s := range chosen {
+		out, err := h.c.CancelTask(ctx, s.Queue, s.ID)
+		answer := string(out)
+		if errors.Is(err, client.ErrWrongStatus) {
+			st, gerr := h.rdb.HGet(ctx, h.ks.Queue(s.Queue).Task(s.ID), "status").Result()
+			if gerr != nil {
+				return fmt.Errorf("chaos: cancel: %w", gerr)
+			}
+			answer = "ended " + st
+		} else if err != nil {
+			return fmt.Errorf("chaos: cancel %s/%s: %w", s.Queue, s.ID, err)
+		}
+		at := time.Now()
+		attempt, err := h.rdb.HGet(ctx, h.ks.Queue(s.Queue).Task(s.ID), "attempt").Int64()
+		if err != nil {
+			return fmt.Errorf("chaos: cancel: %w", err)
+		}
+		h.addFault(Fault{Kind: FaultCancel, Queue: s.Queue, Key: s.ID, At: at, End: at, Said: answer, Attempt: attempt})
+		said[answer]++
+	}
+	h.count(func(r *Report) { r.Cancels++ })
+	h.say("cancels: %v", said)
+	return nil
+}
