@@ -67,6 +67,7 @@ func modes() []mode {
 		{"ceiling", "the design's Redis-bound ceiling: the same scripts per task, no worker", runner(runCeiling)},
 		{"scaler", "GetMetrics over 10 queues × 10 bands; XADD → StreamIsActive push", runner(runScaler)},
 		{"observer", "dtq-observer: /api/v1/queues over 100 queues × 10 bands, task pages of an N-task queue, RSS under ten dashboards", runner(runObserver)},
+		{"wait", "client.Wait on delayed tasks, one at a time: the function's return → Wait returns", runner(runWait)},
 		{"scripts", "Redis time (and with --callgrind instructions) per task in enqueue, claim and complete, no worker", runner(runScripts)},
 		{"chaos", "workers killed, stopped, frozen under load; the ledger counts lost and duplicates", runner(runChaos)},
 	}
