@@ -46,6 +46,7 @@ type Completion struct {
 	Outcome Outcome
 	Text    string // result on success, error otherwise
 	RetryMS int64  // when to run again (Retry)
+	Slots   string // the concurrency slots the execution holds (Started.Slots), given back when applied
 }
 
 // CompleteCode is what complete.lua did with one completion.
@@ -61,9 +62,9 @@ const (
 func completeKV(a CompleteArgs) ([]string, []any, error) {
 	q := a.Queue
 	hour, processed, failed := keys.ThroughputFields(a.NowMS)
-	ks := make([]string, 0, 5+3*len(a.Items))
+	ks := make([]string, 0, 6+3*len(a.Items))
 	ks = append(ks, q.Schedule(), q.Dead(), q.Throughput(hour), q.Succeeded(), q.Retrying())
-	args := make([]any, 0, 8+6*len(a.Items))
+	args := make([]any, 0, 8+7*len(a.Items))
 	args = append(args, keys.Group, a.NowMS, a.KeepMS, len(a.Items), processed, failed,
 		ThroughputTTL.Milliseconds(), SucceededKept)
 	for _, it := range a.Items {
@@ -73,8 +74,9 @@ func completeKV(a CompleteArgs) ([]string, []any, error) {
 			u = q.Unique(it.Unique)
 		}
 		ks = append(ks, h, q.Stream(it.Band), u)
-		args = append(args, it.ID, it.Entry, it.Attempt, string(rune(it.Outcome)), it.Text, it.RetryMS)
+		args = append(args, it.ID, it.Entry, it.Attempt, string(rune(it.Outcome)), it.Text, it.RetryMS, it.Slots)
 	}
+	ks = append(ks, q.LimitPrefix()+"run:")
 	return ks, args, nil
 }
 

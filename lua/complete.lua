@@ -20,8 +20,11 @@
 -- ARGV[6]  throughput field of now's minute counting failed attempts ("f" .. minute)
 -- ARGV[7]  lifetime ms of a throughput hash after its newest minute
 -- ARGV[8]  succeeded tasks kept in the succeeded list (the newest)
--- ARGV[9+6i .. 14+6i] for item i: task id, entry id, attempt,
---          outcome ("s" succeeded, "r" retry, "d" dead), result or error text, retry at ms
+-- KEYS[6+3n] concurrency slot prefix PREFIX:{Q}:lim:run: (+ scope: a limit's running set)
+-- ARGV[9+7i .. 15+7i] for item i: task id, entry id, attempt,
+--          outcome ("s" succeeded, "r" retry, "d" dead), result or error text, retry at ms,
+--          the concurrency slots the execution holds ("" none; else scopes "q" / "f:NAME",
+--          space separated, as claim.lua returned them): an applied outcome gives them back
 --
 -- Once per call, not per item: the applied completions are added to the minute's
 -- throughput counters (the failed ones, retry or dead, to its failed counter too), the
@@ -66,7 +69,7 @@ local applied, failed, succ = 0, 0, {}
 local done, streams = {}, {}
 for i = 0, n - 1 do
   local h, stream, ukey = KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i]
-  local b = 9 + 6 * i
+  local b = 9 + 7 * i
   local id, eid, attempt, outcome, text = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
   -- pcall: a task key clobbered with another type is simply no longer this execution's
   local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry")
@@ -109,6 +112,11 @@ for i = 0, n - 1 do
       failed = failed + 1
     end
     applied = applied + 1
+    if ARGV[b + 6] ~= "" then
+      for sc in string.gmatch(ARGV[b + 6], "%S+") do
+        redis.pcall("SREM", KEYS[6 + 3 * n] .. sc, id)
+      end
+    end
     local list = done[stream]
     if not list then
       list = {}

@@ -74,7 +74,7 @@ func enqueueKV(a EnqueueArgs) ([]string, []any, error) {
 		args = append(args, t.ID, t.Function, t.Payload, t.Priority, t.MaxRetries, t.TimeoutMS, t.RunAtMS, t.Unique, reuse)
 	}
 	return []string{q.TaskPrefix(), q.StreamPrefix(), q.Schedule(), q.UniquePrefix(), q.Waiting(), q.Paused(),
-		q.InboxPrefix(), q.Handed()}, args, nil
+		q.InboxPrefix(), q.Handed(), q.Limits()}, args, nil
 }
 
 func decodeEnqueue(a EnqueueArgs, cmd *redis.Cmd) ([]EnqueueResult, error) {
