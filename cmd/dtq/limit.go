@@ -180,4 +180,3 @@ func runLimitRemove(args []string) int {
 		return nil
 	})
 }
-
