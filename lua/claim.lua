@@ -91,8 +91,9 @@
 --   started:  list of {entry, band, id, attempt, function, payload, timeout_ms,
 --             max_retries, failures, unique, created_at, how, slots}
 --             how: 0 a fresh delivery, 1 a reclaim, 2 a hand-off read from the inbox
---             slots: the concurrency scopes the task holds a slot of, space separated
---             ("q", "f:NAME"); "" none (complete.lua gives them back)
+--             slots (only when the queue has limits): the concurrency scopes the task
+--             holds a slot of, space separated ("q", "f:NAME"); "" none (complete.lua
+--             gives them back)
 --   absorbed: list of {entry, band, id, status}  (status "dead" when the script killed the task)
 --   invalid:  list of {entry, band, dead id, reason}
 --   paused:   1 when the queue is paused (no new entries were read or reclaimed)
@@ -224,89 +225,94 @@ end
 
 -- Limits: the state of a scope, looked up once a call (nil: not yet, false: no limit).
 local SETASIDE, SETASIDE_MAX, SETASIDE_SCAN, CONC_RECHECK = "~limited", 1000, 100, 100
-local nowus = tonumber(now) * 1000
-local scopes = {}
-local function scope(name)
-  local s = scopes[name]
-  if s ~= nil then return s end
-  local l = limits and limits[name]
-  if not l then
-    scopes[name] = false
-    return false
-  end
-  local sc = "q"
-  if name ~= "" then sc = "f:" .. name end
-  s = {t = l.t, burst = l.burst, conc = l.conc, sc = sc, avail = math.huge, free = math.huge}
-  if l.t then
-    s.rkey = KEYS[21] .. "rate:" .. sc
-    local ok, v = pcall(redis.call, "GET", s.rkey)
-    local tat = ok and tonumber(v) or 0
-    if tat < nowus then tat = nowus end
-    s.tat = tat
-    s.avail = math.floor((nowus - tat) / l.t + l.burst + 1e-9)
-  end
-  if l.conc then
-    s.run = KEYS[21] .. "run:" .. sc
-    local ok, n = pcall(redis.call, "SCARD", s.run)
-    if not ok then
-      redis.call("DEL", s.run) -- not a set: dtq's own state, rebuilt from here
-      n = 0
-    end
-    if n >= l.conc then
-      -- looks full: a slot whose task is no longer running (a release missed) comes back
-      for _, id in ipairs(redis.call("SMEMBERS", s.run)) do
-        local ok2, st = pcall(redis.call, "HGET", prefix .. id, "status")
-        if not ok2 or st ~= "running" then
-          redis.call("SREM", s.run, id)
-          n = n - 1
-        end
-      end
-    end
-    s.free = l.conc - n
-  end
-  scopes[name] = s
-  return s
-end
-
-local function allowed(s)
-  if not s then return math.huge end
-  return math.min(s.avail, s.free)
-end
-
--- takes a token and a slot of s for task id; returns the slot's scope name or nil
-local function consume(s, id)
-  if not s then return nil end
-  if s.t then
-    s.avail = s.avail - 1
-    s.tat = s.tat + s.t
-    s.dirty = true
-  end
-  if s.conc then
-    s.free = s.free - 1
-    redis.call("SADD", s.run, id)
-    return s.sc
-  end
-  return nil
-end
-
 -- recheck: when set-aside entries may start (ms); 0: none waits
 local recheck = 0
--- next_at is when scope s lets a task start again (ms): its next token, or a recheck
--- of its slots
-local function next_at(s)
-  if s.t and s.avail < 1 then return math.ceil((s.tat - s.burst * s.t + s.t) / 1000) end
-  return tonumber(now) + CONC_RECHECK
-end
-local function setaside_at(s)
-  if s and allowed(s) < 1 then
-    local at = next_at(s)
-    if recheck == 0 or at < recheck then recheck = at end
+local scopes = {}
+-- defined only when the queue has limits (closures cost every call that makes them)
+local scope, allowed, consume, next_at, setaside_at, slots_of, setaside_count, revisit
+local nowus
+if limits then
+  nowus = tonumber(now) * 1000
+  function scope(name)
+    local s = scopes[name]
+    if s ~= nil then return s end
+    local l = limits and limits[name]
+    if not l then
+      scopes[name] = false
+      return false
+    end
+    local sc = "q"
+    if name ~= "" then sc = "f:" .. name end
+    s = {t = l.t, burst = l.burst, conc = l.conc, sc = sc, avail = math.huge, free = math.huge}
+    if l.t then
+      s.rkey = KEYS[21] .. "rate:" .. sc
+      local ok, v = pcall(redis.call, "GET", s.rkey)
+      local tat = ok and tonumber(v) or 0
+      if tat < nowus then tat = nowus end
+      s.tat = tat
+      s.avail = math.floor((nowus - tat) / l.t + l.burst + 1e-9)
+    end
+    if l.conc then
+      s.run = KEYS[21] .. "run:" .. sc
+      local ok, n = pcall(redis.call, "SCARD", s.run)
+      if not ok then
+        redis.call("DEL", s.run) -- not a set: dtq's own state, rebuilt from here
+        n = 0
+      end
+      if n >= l.conc then
+        -- looks full: a slot whose task is no longer running (a release missed) comes back
+        for _, id in ipairs(redis.call("SMEMBERS", s.run)) do
+          local ok2, st = pcall(redis.call, "HGET", prefix .. id, "status")
+          if not ok2 or st ~= "running" then
+            redis.call("SREM", s.run, id)
+            n = n - 1
+          end
+        end
+      end
+      s.free = l.conc - n
+    end
+    scopes[name] = s
+    return s
   end
-end
 
-local function slots_of(a, b)
-  if a and b then return a .. " " .. b end
-  return a or b or ""
+  function allowed(s)
+    if not s then return math.huge end
+    return math.min(s.avail, s.free)
+  end
+
+  -- takes a token and a slot of s for task id; returns the slot's scope name or nil
+  function consume(s, id)
+    if not s then return nil end
+    if s.t then
+      s.avail = s.avail - 1
+      s.tat = s.tat + s.t
+      s.dirty = true
+    end
+    if s.conc then
+      s.free = s.free - 1
+      redis.call("SADD", s.run, id)
+      return s.sc
+    end
+    return nil
+  end
+
+  -- next_at is when scope s lets a task start again (ms): its next token, or a recheck
+  -- of its slots
+  function next_at(s)
+    if s.t and s.avail < 1 then return math.ceil((s.tat - s.burst * s.t + s.t) / 1000) end
+    return tonumber(now) + CONC_RECHECK
+  end
+  function setaside_at(s)
+    if s and allowed(s) < 1 then
+      local at = next_at(s)
+      if recheck == 0 or at < recheck then recheck = at end
+    end
+  end
+
+  function slots_of(a, b)
+    if a and b then return a .. " " .. b end
+    return a or b or ""
+  end
 end
 
 local function take(band, eid, fields, reclaiming)
@@ -414,8 +420,10 @@ local function take(band, eid, fields, reclaiming)
       slots = slots_of(consume(qs, id), consume(fs, id))
     end
   end
-  started[#started + 1] = {eid, band, id, attempt, t[4] or "", payload, t[6] or "0",
-    t[7] or "0", failures, t[9] or "", t[10] or "0", reclaimed, slots}
+  local row = {eid, band, id, attempt, t[4] or "", payload, t[6] or "0",
+    t[7] or "0", failures, t[9] or "", t[10] or "0", reclaimed}
+  if limits then row[13] = slots end
+  started[#started + 1] = row
 end
 
 -- putback returns an entry delivered while the queue is paused to its stream unstarted:
@@ -485,7 +493,7 @@ if redis.call("EXISTS", inbox) == 1 then
           if ok2 and is_current(t, f.a, f.e) and t[4] == consumer then
             redis.call("HSET", h, "handback", "")
             started[#started + 1] = {f.e, band, f.i, tonumber(f.a), f.f or "", f.p or "",
-              f.t or "0", f.m or "0", tonumber(t[5]) or 0, f.u or "", f.c or "0", 2, ""}
+              f.t or "0", f.m or "0", tonumber(t[5]) or 0, f.u or "", f.c or "0", 2}
           end
         end
       end
@@ -504,50 +512,52 @@ for i = 0, h - 1 do
   holds[ARGV[at + 1 + 2 * i] .. " " .. ARGV[at + 2 + 2 * i]] = true
 end
 
--- setaside_count is how many of band's entries are set aside (limits only)
-local function setaside_count(stream)
-  local ok, p = pcall(redis.call, "XPENDING", stream, group)
-  if not ok or not p[4] then return 0 end
-  for _, c in ipairs(p[4]) do
-    if c[1] == SETASIDE then return tonumber(c[2]) end
+if limits then
+  -- setaside_count is how many of band's entries are set aside (limits only)
+  function setaside_count(stream)
+    local ok, p = pcall(redis.call, "XPENDING", stream, group)
+    if not ok or not p[4] then return 0 end
+    for _, c in ipairs(p[4]) do
+      if c[1] == SETASIDE then return tonumber(c[2]) end
+    end
+    return 0
   end
-  return 0
-end
 
--- revisit starts band's oldest set-aside entries that the limits now allow
-local function revisit(band)
-  local stream = KEYS[band + 1]
-  local len = redis.pcall("XLEN", stream)
-  if type(len) ~= "number" or len == 0 then return 0 end
-  local n = setaside_count(stream)
-  if n == 0 then return 0 end
-  local ok, p = pcall(redis.call, "XPENDING", stream, group, "-", "+", SETASIDE_SCAN, SETASIDE)
-  if not ok then return n end
-  for _, e in ipairs(p) do
-    if want <= 0 or allowed(scope("")) < 1 then break end
-    local eid = e[1]
-    local r = redis.call("XRANGE", stream, eid, eid)
-    if #r ~= 1 then
-      redis.call("XACK", stream, group, eid) -- deleted meanwhile
-      n = n - 1
-    else
-      local id
-      local f = r[1][2]
-      for i = 1, #f, 2 do
-        if f[i] == "task" then id = f[i + 1] end
-      end
-      local fn = id and #id <= maxid and redis.pcall("HGET", prefix .. id, "function")
-      if type(fn) ~= "string" or fn == "" or allowed(scope(fn)) >= 1 then
-        redis.call("XCLAIM", stream, group, consumer, 0, eid, "JUSTID")
-        take(band, eid, f, false)
-        want = want - 1
+  -- revisit starts band's oldest set-aside entries that the limits now allow
+  function revisit(band)
+    local stream = KEYS[band + 1]
+    local len = redis.pcall("XLEN", stream)
+    if type(len) ~= "number" or len == 0 then return 0 end
+    local n = setaside_count(stream)
+    if n == 0 then return 0 end
+    local ok, p = pcall(redis.call, "XPENDING", stream, group, "-", "+", SETASIDE_SCAN, SETASIDE)
+    if not ok then return n end
+    for _, e in ipairs(p) do
+      if want <= 0 or allowed(scope("")) < 1 then break end
+      local eid = e[1]
+      local r = redis.call("XRANGE", stream, eid, eid)
+      if #r ~= 1 then
+        redis.call("XACK", stream, group, eid) -- deleted meanwhile
         n = n - 1
       else
-        setaside_at(scope(fn))
+        local id
+        local f = r[1][2]
+        for i = 1, #f, 2 do
+          if f[i] == "task" then id = f[i + 1] end
+        end
+        local fn = id and #id <= maxid and redis.pcall("HGET", prefix .. id, "function")
+        if type(fn) ~= "string" or fn == "" or allowed(scope(fn)) >= 1 then
+          redis.call("XCLAIM", stream, group, consumer, 0, eid, "JUSTID")
+          take(band, eid, f, false)
+          want = want - 1
+          n = n - 1
+        else
+          setaside_at(scope(fn))
+        end
       end
     end
+    return n
   end
-  return n
 end
 
 local throttled = 0

@@ -64,7 +64,7 @@ func completeKV(a CompleteArgs) ([]string, []any, error) {
 	hour, processed, failed := keys.ThroughputFields(a.NowMS)
 	ks := make([]string, 0, 6+3*len(a.Items))
 	ks = append(ks, q.Schedule(), q.Dead(), q.Throughput(hour), q.Succeeded(), q.Retrying())
-	args := make([]any, 0, 8+7*len(a.Items))
+	args := make([]any, 0, 8+6*len(a.Items))
 	args = append(args, keys.Group, a.NowMS, a.KeepMS, len(a.Items), processed, failed,
 		ThroughputTTL.Milliseconds(), SucceededKept)
 	for _, it := range a.Items {
@@ -74,7 +74,11 @@ func completeKV(a CompleteArgs) ([]string, []any, error) {
 			u = q.Unique(it.Unique)
 		}
 		ks = append(ks, h, q.Stream(it.Band), u)
-		args = append(args, it.ID, it.Entry, it.Attempt, string(rune(it.Outcome)), it.Text, it.RetryMS, it.Slots)
+		outcome := string(rune(it.Outcome))
+		if it.Slots != "" {
+			outcome += " " + it.Slots
+		}
+		args = append(args, it.ID, it.Entry, it.Attempt, outcome, it.Text, it.RetryMS)
 	}
 	ks = append(ks, q.LimitPrefix()+"run:")
 	return ks, args, nil

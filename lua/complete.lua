@@ -21,10 +21,12 @@
 -- ARGV[7]  lifetime ms of a throughput hash after its newest minute
 -- ARGV[8]  succeeded tasks kept in the succeeded list (the newest)
 -- KEYS[6+3n] concurrency slot prefix PREFIX:{Q}:lim:run: (+ scope: a limit's running set)
--- ARGV[9+7i .. 15+7i] for item i: task id, entry id, attempt,
---          outcome ("s" succeeded, "r" retry, "d" dead), result or error text, retry at ms,
---          the concurrency slots the execution holds ("" none; else scopes "q" / "f:NAME",
---          space separated, as claim.lua returned them): an applied outcome gives them back
+-- ARGV[9+6i .. 14+6i] for item i: task id, entry id, attempt,
+--          outcome ("s" succeeded, "r" retry, "d" dead), result or error text, retry at ms.
+--          An execution holding concurrency slots (claim.lua's slots: scopes "q" /
+--          "f:NAME") has them after its outcome, "s q f:NAME": an applied outcome gives
+--          them back (SREM from KEYS[6+3n] .. scope). In the outcome, not an argument of
+--          its own: an execution without slots costs nothing more.
 --
 -- Once per call, not per item: the applied completions are added to the minute's
 -- throughput counters (the failed ones, retry or dead, to its failed counter too), the
@@ -69,8 +71,13 @@ local applied, failed, succ = 0, 0, {}
 local done, streams = {}, {}
 for i = 0, n - 1 do
   local h, stream, ukey = KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i]
-  local b = 9 + 7 * i
+  local b = 9 + 6 * i
   local id, eid, attempt, outcome, text = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  local slots
+  if #outcome > 1 then
+    slots = string.sub(outcome, 3)
+    outcome = string.sub(outcome, 1, 1)
+  end
   -- pcall: a task key clobbered with another type is simply no longer this execution's
   local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry")
   -- a retry goes on the schedule, a death on the dead set, first: when that zset is of
@@ -112,8 +119,8 @@ for i = 0, n - 1 do
       failed = failed + 1
     end
     applied = applied + 1
-    if ARGV[b + 6] ~= "" then
-      for sc in string.gmatch(ARGV[b + 6], "%S+") do
+    if slots then
+      for sc in string.gmatch(slots, "%S+") do
         redis.pcall("SREM", KEYS[6 + 3 * n] .. sc, id)
       end
     end
