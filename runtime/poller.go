@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	goruntime "runtime"
 	"slices"
 	"sync"
@@ -223,14 +224,18 @@ const limitRecheckMax = time.Second
 
 // limitWait is how long the idle wait may last before a limited queue may start a
 // task again: the earliest of its throttle's end and its set-aside entries' recheck,
-// within limitRecheckMax (at least a millisecond).
+// within limitRecheckMax (at least a millisecond); no bound (the maximum duration)
+// when no queue waits for a limit.
 func (p *poller) limitWait() time.Duration {
-	now := p.w.now().UnixMilli()
-	d := limitRecheckMax
-	for i := range p.throttled {
-		for _, at := range [2]int64{p.throttled[i], p.recheck[i]} {
+	return limitWait(p.w.now().UnixMilli(), p.throttled, p.recheck)
+}
+
+func limitWait(now int64, throttled, recheck []int64) time.Duration {
+	d := time.Duration(math.MaxInt64)
+	for i := range throttled {
+		for _, at := range [2]int64{throttled[i], recheck[i]} {
 			if at > 0 {
-				d = min(d, max(time.Millisecond, time.Duration(at-now)*time.Millisecond))
+				d = min(d, limitRecheckMax, max(time.Millisecond, time.Duration(at-now)*time.Millisecond))
 			}
 		}
 	}
