@@ -21,6 +21,7 @@ type limitResult struct {
 	Started  int     `json:"started"`
 	WindowS  float64 `json:"window_s"`
 	Workers  int     `json:"workers"`
+	Burst    int     `json:"burst"`
 }
 
 func (r limitResult) figures() []figure {
@@ -28,7 +29,7 @@ func (r limitResult) figures() []figure {
 		fig("error_pct", r.ErrorPct), fig("started", float64(r.Started))}
 }
 
-// runLimit sets a rate limit on the bench queue, starts W worker processes on a backlog
+// runLimit sets a rate limit (with --burst) on the bench queue, starts W worker processes on a backlog
 // of N no-op tasks and, after --duration, counts the starts (the task records'
 // Redis-side started_at) in the window from the first start to the duration's end.
 func runLimit(ctx context.Context, e *benchEnv, o options) (limitResult, error) {
@@ -43,7 +44,7 @@ func runLimit(ctx context.Context, e *benchEnv, o options) (limitResult, error) 
 	prefix := e.prefix()
 	defer e.drop(prefix)
 	c := e.client(prefix)
-	if err := c.SetLimit(ctx, benchQueue, client.Limit{Rate: rate, Per: per}); err != nil {
+	if err := c.SetLimit(ctx, benchQueue, client.Limit{Rate: rate, Per: per, Burst: o.burst}); err != nil {
 		return limitResult{}, err
 	}
 	ids, _, err := enqueueNoops(ctx, c, n, "noop", nil)
@@ -99,5 +100,5 @@ func runLimit(ctx context.Context, e *benchEnv, o options) (limitResult, error) 
 	limit := float64(rate) / per.Seconds()
 	got := float64(len(starts)-1) / window
 	return limitResult{LimitPerS: limit, AchievedPerS: got, ErrorPct: (got - limit) / limit * 100,
-		Started: len(starts), WindowS: window, Workers: o.workers}, nil
+		Started: len(starts), WindowS: window, Workers: o.workers, Burst: o.burst}, nil
 }

@@ -12,7 +12,7 @@
 //	go run ./bench observer   [--n 1000000] [--reps 1000] [--duration 30s]
 //	go run ./bench peer       [--runs 5]     dtq and asynq alternating on the same Redis
 //	go run ./bench chaos      [--duration 2m]
-//	go run ./bench limit      [--rate 100/s] [--workers 4] [--n 10000] [--duration 60s]
+//	go run ./bench limit      [--rate 100/s] [--burst 1] [--workers 4] [--n 10000] [--duration 60s]
 //
 // Redis: DTQ_REDIS_URL, or a redis-server bench starts on a free port and stops after.
 // Binaries: dtq, dtq-scaler and dtq-observer built static from this tree, or those in DTQ_BENCH_BIN.
@@ -43,6 +43,7 @@ type options struct {
 	verbose     bool
 	callgrind   bool
 	rate        string
+	burst       int
 }
 
 type mode struct {
@@ -98,6 +99,7 @@ func main() {
 	fs.BoolVar(&o.verbose, "v", false, "log what the run does to stderr")
 	fs.BoolVar(&o.callgrind, "callgrind", false, "scripts: Redis runs under valgrind --tool=callgrind; count its instructions per phase")
 	fs.StringVar(&o.rate, "rate", "100/s", "limit: the queue's rate limit (dtq limit set --rate)")
+	fs.IntVar(&o.burst, "burst", 1, "limit: the rate limit's burst (with burst 1 every claim that comes late loses its token)")
 	_ = fs.Parse(os.Args[2:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected argument %q\n", fs.Arg(0))
