@@ -12,6 +12,7 @@
 //	go run ./bench observer   [--n 1000000] [--reps 1000] [--duration 30s]
 //	go run ./bench peer       [--runs 5]     dtq and asynq alternating on the same Redis
 //	go run ./bench chaos      [--duration 2m]
+//	go run ./bench limit      [--rate 100/s] [--burst 1] [--workers 4] [--n 10000] [--duration 60s]
 //
 // Redis: DTQ_REDIS_URL, or a redis-server bench starts on a free port and stops after.
 // Binaries: dtq, dtq-scaler and dtq-observer built static from this tree, or those in DTQ_BENCH_BIN.
@@ -41,6 +42,8 @@ type options struct {
 	idle        time.Duration
 	verbose     bool
 	callgrind   bool
+	rate        string
+	burst       int
 }
 
 type mode struct {
@@ -69,6 +72,7 @@ func modes() []mode {
 		{"observer", "dtq-observer: /api/v1/queues over 100 queues × 10 bands, task pages of an N-task queue, RSS under ten dashboards", runner(runObserver)},
 		{"wait", "client.Wait on delayed tasks, one at a time: the function's return → Wait returns", runner(runWait)},
 		{"scripts", "Redis time (and with --callgrind instructions) per task in enqueue, claim and complete, no worker", runner(runScripts)},
+		{"limit", "a rate limit on a backlog of N tasks, W worker processes: the achieved start rate against the limit", runner(runLimit)},
 		{"chaos", "workers killed, stopped, frozen under load; the ledger counts lost and duplicates", runner(runChaos)},
 	}
 }
@@ -95,6 +99,8 @@ func main() {
 	fs.DurationVar(&o.idle, "idle", 5*time.Second, "how long latency measures the idle worker's Redis traffic")
 	fs.BoolVar(&o.verbose, "v", false, "log what the run does to stderr")
 	fs.BoolVar(&o.callgrind, "callgrind", false, "scripts: Redis runs under valgrind --tool=callgrind; count its instructions per phase")
+	fs.StringVar(&o.rate, "rate", "100/s", "limit: the queue's rate limit (dtq limit set --rate)")
+	fs.IntVar(&o.burst, "burst", 1, "limit: the rate limit's burst (with burst 1 every claim that comes late loses its token)")
 	_ = fs.Parse(os.Args[2:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected argument %q\n", fs.Arg(0))

@@ -38,6 +38,8 @@ type QueueInfo struct {
 	Throughput *Throughput `json:"throughput,omitempty"`
 	// Cron counts the periodic entries of this queue that are not paused (dtq cron list).
 	Cron int64 `json:"cron"`
+	// Limits: the queue's rate and concurrency limits with their current use (dtq limit).
+	Limits []LimitInfo `json:"limits,omitempty"`
 }
 
 // ThroughputMinutes is how many minutes a Throughput covers.
@@ -134,6 +136,9 @@ func (c *Client) Queue(ctx context.Context, name string) (*QueueInfo, error) {
 		info.Priorities = append(info.Priorities, BandInfo{Priority: p, Lag: b.Lag, Pending: b.Pending})
 		info.Lag = queuestat.Add(info.Lag, b.Lag)
 		info.Pending = queuestat.Add(info.Pending, b.Pending)
+	}
+	if info.Limits, err = c.Limits(ctx, name); err != nil {
+		return nil, err
 	}
 	return info, nil
 }

@@ -143,3 +143,28 @@ func TestReclaimCancelsARequestedTask(t *testing.T) {
 		t.Fatalf("late outcome of the cancelled task: %v", codes)
 	}
 }
+
+// A task that died after a cancel request (its last attempt failed first) and is then
+// requeued runs again without the old request stopping it.
+func TestRequeueClearsACancelRequest(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	s := f.start(t, "x")
+	if _, err := f.cancel(t, "x"); err != nil {
+		t.Fatal(err)
+	}
+	f.complete(t, f.now, done(s["x"], lua.Dead, 0))
+	if st := f.field(t, "x", "status"); st != "dead" {
+		t.Fatalf("status %q, want dead", st)
+	}
+	if _, err := lua.Requeue.Run(f.ctx, f.rdb, lua.RequeueArgs{Queue: f.q, ID: "x", NowMS: f.now}); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.field(t, "x", "cancel"); c != "" {
+		t.Fatalf("cancel request %q survived the requeue", c)
+	}
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1})
+	if len(r.Started) != 1 || f.touch(t, "w", 0, r.Started[0])[0] != lua.StillHeld {
+		t.Fatalf("requeued task: started %+v", r.Started)
+	}
+}

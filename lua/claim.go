@@ -75,6 +75,9 @@ type Started struct {
 	CreatedMS  int64
 	Reclaimed  bool
 	HandedOff  bool // started by the enqueue for this worker (a hand-off)
+	// Slots: the concurrency-limit scopes ("q", "f:NAME", space separated) whose slot
+	// the task holds; "" none. Completion.Slots gives them back.
+	Slots string
 }
 
 // Held is the execution's entry and attempt, as touch.lua fences them.
@@ -116,6 +119,12 @@ type ClaimResult struct {
 	Returned []Returned
 	// Broken: bands whose key is not a stream, skipped by a read (the others were read)
 	Broken []int
+	// ThrottledUntilMS (read mode): the queue's rate or concurrency limit lets nothing
+	// start before this time (unix ms); 0: not throttled.
+	ThrottledUntilMS int64
+	// RecheckMS: entries set aside by a limit may start from this time (unix ms): the
+	// worker claims again then, as no new entry need wake it; 0: none waits.
+	RecheckMS int64
 }
 
 func claimKV(a ClaimArgs) ([]string, []any, error) {
@@ -127,10 +136,10 @@ func claimKV(a ClaimArgs) ([]string, []any, error) {
 	if prev == "" {
 		prev = a.Call
 	}
-	ks := make([]string, 0, 19)
+	ks := make([]string, 0, 21)
 	ks = append(ks, q.Streams[:]...)
 	ks = append(ks, q.Paused(), q.TaskPrefix(), q.Dead(), q.Receipt(a.Call), q.Receipt(prev),
-		q.Waiting(), q.Inbox(a.Consumer), q.Left(a.Consumer), q.Handed())
+		q.Waiting(), q.Inbox(a.Consumer), q.Left(a.Consumer), q.Handed(), q.Limits(), q.LimitPrefix())
 	mode := "read"
 	if a.Reclaim {
 		mode = "reclaim"
@@ -169,14 +178,18 @@ func decodeClaimCmd(a ClaimArgs, cmd *redis.Cmd) (ClaimResult, error) {
 
 func decodeClaim(v []any) (ClaimResult, error) {
 	var r ClaimResult
-	if len(v) < 4 || len(v) > 6 { // 4 and 5: receipts written by earlier releases
+	if len(v) < 4 || len(v) > 8 { // 4 to 6: receipts written by earlier releases
 		return r, fmt.Errorf("claim: unexpected reply of %d elements", len(v))
 	}
 	for _, row := range rows(v[0]) {
-		if len(row) != 12 {
+		if len(row) != 12 && len(row) != 13 {
 			return r, fmt.Errorf("claim: started row of %d fields", len(row))
 		}
-		r.Started = append(r.Started, Started{
+		var slots string
+		if len(row) == 13 {
+			slots = str(row[12])
+		}
+		r.Started = append(r.Started, Started{Slots: slots,
 			Entry: str(row[0]), Band: int(num(row[1])), ID: str(row[2]), Attempt: num(row[3]),
 			Function: str(row[4]), Payload: str(row[5]), TimeoutMS: num(row[6]),
 			MaxRetries: int(num(row[7])), Failures: int(num(row[8])), Unique: str(row[9]),
@@ -200,6 +213,9 @@ func decodeClaim(v []any) (ClaimResult, error) {
 				r.Broken = append(r.Broken, int(num(b)))
 			}
 		}
+	}
+	if len(v) >= 8 {
+		r.ThrottledUntilMS, r.RecheckMS = num(v[6]), num(v[7])
 	}
 	if len(v) >= 5 {
 		for _, row := range rows(v[4]) {

@@ -27,6 +27,8 @@
 -- KEYS[17]    this worker's inbox  PREFIX:{Q}:in:WORKER
 -- KEYS[18]    left marker          PREFIX:{Q}:left:WORKER (leave.lua)
 -- KEYS[19]    hand-offs in flight  PREFIX:{Q}:handed (enqueue.lua, rescue.lua)
+-- KEYS[20]    limits hash          PREFIX:{Q}:limits
+-- KEYS[21]    limit state prefix   PREFIX:{Q}:lim: (+ "rate:SCOPE", "run:SCOPE")
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer (worker id)
 -- ARGV[3]  now ms
@@ -69,16 +71,38 @@
 -- their stream unstarted, as new entries. Hand-offs already started for the caller (an
 -- inbox row written before the pause) are the caller's and run.
 --
--- returns {started, absorbed, invalid, paused, returned, broken}
+-- Rate and concurrency limits (KEYS[20], one HGETALL a call; empty: none, and nothing
+-- else here costs anything). A definition "rate=R;per=MS;burst=B;conc=C" limits its
+-- scope ("" the whole queue, else the tasks of one function): at most R starts per MS
+-- ms (GCRA, up to B at once; the theoretical arrival time in µs in KEYS[21].."rate:SCOPE")
+-- and at most C running tasks (their ids in the set KEYS[21].."run:SCOPE"; SCOPE is "q"
+-- or "f:NAME"). A fresh start takes a token and a slot of each scope it falls in; a
+-- reclaim of a running task keeps the slot it holds (same task id) and takes no token.
+-- An entry over a limit is not started: it is set aside, XCLAIMed to the pseudo-consumer
+-- "~limited" (it stays pending, its task queued); a read looks at a band's oldest
+-- set-aside entries (SETASIDE_SCAN) before its new ones and starts those now allowed,
+-- and reads no new entries from a band holding SETASIDE_MAX set-aside ones. A scope that
+-- looks full has its members checked: a task no longer running gives its slot back.
+-- A queue with a limit never registers its worker for hand-offs. A read that the
+-- queue's own limit leaves nothing to start replies throttled = the time (ms) of its
+-- next token, or now + CONC_RECHECK ms when its slots are full.
+--
+-- returns {started, absorbed, invalid, paused, returned, broken, throttled, recheck}
 --   started:  list of {entry, band, id, attempt, function, payload, timeout_ms,
---             max_retries, failures, unique, created_at, how}
+--             max_retries, failures, unique, created_at, how, slots}
 --             how: 0 a fresh delivery, 1 a reclaim, 2 a hand-off read from the inbox
+--             slots (only when the queue has limits): the concurrency scopes the task
+--             holds a slot of, space separated ("q", "f:NAME"); "" none (complete.lua
+--             gives them back)
 --   absorbed: list of {entry, band, id, status}  (status "dead" when the script killed the task,
 --             "cancelled" when a reclaim found its cancel requested)
 --   invalid:  list of {entry, band, dead id, reason}
 --   paused:   1 when the queue is paused (no new entries were read or reclaimed)
 --   returned: list of {entry, band, task id, new entry}: delivered while paused, put back
 --   broken:   bands (read mode) whose key is not a stream: skipped, the others served
+--   throttled: 0, or (read mode) the time in ms before which the queue's limit starts nothing
+--   recheck:  0, or the time in ms when entries set aside by a limit may start: the
+--             caller looks again then (a blocking read would not wake for them)
 -- now stays a string: a Lua number passed to redis.call is formatted with snprintf.
 local group, consumer, now = ARGV[1], ARGV[2], ARGV[3]
 local mode, want, maxpayload = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -107,6 +131,29 @@ if receipt then
 end
 if KEYS[15] ~= KEYS[14] then
   redis.call("DEL", KEYS[15])
+end
+
+-- the queue's limits, by scope ("" the queue, else a function): false when none
+local limits = false
+do
+  local raw = redis.pcall("HGETALL", KEYS[20])
+  if raw.err then
+    return redis.error_reply("WRONGTYPE the limits key " .. KEYS[20] .. " is not a hash")
+  end
+  for i = 1, #raw, 2 do
+    local d = {}
+    for k, v in string.gmatch(raw[i + 1], "(%a+)=([^;]*)") do d[k] = tonumber(v) end
+    local l = {}
+    if d.rate and d.rate >= 1 and d.per and d.per >= 1 then
+      l.t = d.per * 1000 / d.rate -- emission interval, µs
+      l.burst = math.max(1, math.floor(d.burst or 1))
+    end
+    if d.conc and d.conc >= 1 then l.conc = math.floor(d.conc) end
+    if l.t or l.conc then
+      if not limits then limits = {} end
+      limits[raw[i]] = l
+    end
+  end
 end
 
 local started, absorbed, invalid, returned, broken = {}, {}, {}, {}, {}
@@ -177,6 +224,98 @@ local function kill(stream, band, eid, id, h, reason)
   absorbed[#absorbed + 1] = {eid, band, id, "dead"}
 end
 
+-- Limits: the state of a scope, looked up once a call (nil: not yet, false: no limit).
+local SETASIDE, SETASIDE_MAX, SETASIDE_SCAN, CONC_RECHECK = "~limited", 1000, 100, 100
+-- recheck: when set-aside entries may start (ms); 0: none waits
+local recheck = 0
+local scopes = {}
+-- defined only when the queue has limits (closures cost every call that makes them)
+local scope, allowed, consume, next_at, setaside_at, slots_of, setaside_count, revisit
+local nowus
+if limits then
+  nowus = tonumber(now) * 1000
+  function scope(name)
+    local s = scopes[name]
+    if s ~= nil then return s end
+    local l = limits and limits[name]
+    if not l then
+      scopes[name] = false
+      return false
+    end
+    local sc = "q"
+    if name ~= "" then sc = "f:" .. name end
+    s = {t = l.t, burst = l.burst, conc = l.conc, sc = sc, avail = math.huge, free = math.huge}
+    if l.t then
+      s.rkey = KEYS[21] .. "rate:" .. sc
+      local ok, v = pcall(redis.call, "GET", s.rkey)
+      local tat = ok and tonumber(v) or 0
+      if tat < nowus then tat = nowus end
+      s.tat = tat
+      s.avail = math.floor((nowus - tat) / l.t + l.burst + 1e-9)
+    end
+    if l.conc then
+      s.run = KEYS[21] .. "run:" .. sc
+      local ok, n = pcall(redis.call, "SCARD", s.run)
+      if not ok then
+        redis.call("DEL", s.run) -- not a set: dtq's own state, rebuilt from here
+        n = 0
+      end
+      if n >= l.conc then
+        -- looks full: a slot whose task is no longer running (a release missed) comes back
+        for _, id in ipairs(redis.call("SMEMBERS", s.run)) do
+          local ok2, st = pcall(redis.call, "HGET", prefix .. id, "status")
+          if not ok2 or st ~= "running" then
+            redis.call("SREM", s.run, id)
+            n = n - 1
+          end
+        end
+      end
+      s.free = l.conc - n
+    end
+    scopes[name] = s
+    return s
+  end
+
+  function allowed(s)
+    if not s then return math.huge end
+    return math.min(s.avail, s.free)
+  end
+
+  -- takes a token and a slot of s for task id; returns the slot's scope name or nil
+  function consume(s, id)
+    if not s then return nil end
+    if s.t then
+      s.avail = s.avail - 1
+      s.tat = s.tat + s.t
+      s.dirty = true
+    end
+    if s.conc then
+      s.free = s.free - 1
+      redis.call("SADD", s.run, id)
+      return s.sc
+    end
+    return nil
+  end
+
+  -- next_at is when scope s lets a task start again (ms): its next token, or a recheck
+  -- of its slots
+  function next_at(s)
+    if s.t and s.avail < 1 then return math.ceil((s.tat - s.burst * s.t + s.t) / 1000) end
+    return tonumber(now) + CONC_RECHECK
+  end
+  function setaside_at(s)
+    if s and allowed(s) < 1 then
+      local at = next_at(s)
+      if recheck == 0 or at < recheck then recheck = at end
+    end
+  end
+
+  function slots_of(a, b)
+    if a and b then return a .. " " .. b end
+    return a or b or ""
+  end
+end
+
 local function take(band, eid, fields, reclaiming)
   local stream = KEYS[band + 1]
   if not fields then
@@ -224,7 +363,18 @@ local function take(band, eid, fields, reclaiming)
     if failures ~= failures or failures == math.huge or failures == -math.huge then failures = 0 end
   end
   local reclaimed = 0
+  local qs, fs = false, false
   if status == "queued" and an >= attempt then
+    if limits then
+      qs, fs = scope(""), t[4] and t[4] ~= "" and scope(t[4])
+      if allowed(qs) < 1 or allowed(fs) < 1 then
+        -- over a limit: not started, set aside (pending, its task queued)
+        redis.call("XCLAIM", stream, group, SETASIDE, 0, eid, "JUSTID")
+        setaside_at(qs)
+        setaside_at(fs)
+        return
+      end
+    end
     attempt = an + 1
   elseif reclaiming and holds[band .. " " .. eid] then
     return -- the caller's own live execution: XAUTOCLAIM restarted its idle clock, as a touch
@@ -247,6 +397,10 @@ local function take(band, eid, fields, reclaiming)
     attempt = attempt + 1
     reclaimed = 1
     redis.call("HINCRBY", h, "reclaims", 1)
+    if limits then
+      -- a started task keeps (or takes back) its slots; no new token
+      qs, fs = scope(""), t[4] and t[4] ~= "" and scope(t[4])
+    end
   elseif status == "running" and t[3] == eid then
     -- The running attempt's own entry, not handed over by XAUTOCLAIM: the same delivery
     -- is being taken a second time (a client retried a claim whose reply was lost).
@@ -265,8 +419,20 @@ local function take(band, eid, fields, reclaiming)
   end
   -- the usual case: the entry is the one the task was queued with (one field less to write)
   start_task(h, digits[attempt] or attempt, consumer, now, t[3] ~= eid and eid or nil)
-  started[#started + 1] = {eid, band, id, attempt, t[4] or "", payload, t[6] or "0",
+  local slots = ""
+  if limits then
+    if reclaimed == 1 then
+      if qs and qs.conc then redis.call("SADD", qs.run, id) end
+      if fs and fs.conc then redis.call("SADD", fs.run, id) end
+      slots = slots_of(qs and qs.conc and qs.sc or nil, fs and fs.conc and fs.sc or nil)
+    else
+      slots = slots_of(consume(qs, id), consume(fs, id))
+    end
+  end
+  local row = {eid, band, id, attempt, t[4] or "", payload, t[6] or "0",
     t[7] or "0", failures, t[9] or "", t[10] or "0", reclaimed}
+  if limits then row[13] = slots end
+  started[#started + 1] = row
 end
 
 -- putback returns an entry delivered while the queue is paused to its stream unstarted:
@@ -355,10 +521,72 @@ for i = 0, h - 1 do
   holds[ARGV[at + 1 + 2 * i] .. " " .. ARGV[at + 2 + 2 * i]] = true
 end
 
+if limits then
+  -- setaside_count is how many of band's entries are set aside (limits only)
+  function setaside_count(stream)
+    local ok, p = pcall(redis.call, "XPENDING", stream, group)
+    if not ok or not p[4] then return 0 end
+    for _, c in ipairs(p[4]) do
+      if c[1] == SETASIDE then return tonumber(c[2]) end
+    end
+    return 0
+  end
+
+  -- revisit starts band's oldest set-aside entries that the limits now allow
+  function revisit(band)
+    local stream = KEYS[band + 1]
+    local len = redis.pcall("XLEN", stream)
+    if type(len) ~= "number" or len == 0 then return 0 end
+    local n = setaside_count(stream)
+    if n == 0 then return 0 end
+    local ok, p = pcall(redis.call, "XPENDING", stream, group, "-", "+", SETASIDE_SCAN, SETASIDE)
+    if not ok then return n end
+    for _, e in ipairs(p) do
+      if want <= 0 or allowed(scope("")) < 1 then break end
+      local eid = e[1]
+      local r = redis.call("XRANGE", stream, eid, eid)
+      if #r ~= 1 then
+        redis.call("XACK", stream, group, eid) -- deleted meanwhile
+        n = n - 1
+      else
+        local id
+        local f = r[1][2]
+        for i = 1, #f, 2 do
+          if f[i] == "task" then id = f[i + 1] end
+        end
+        local fn = id and #id <= maxid and redis.pcall("HGET", prefix .. id, "function")
+        if type(fn) ~= "string" or fn == "" or allowed(scope(fn)) >= 1 then
+          redis.call("XCLAIM", stream, group, consumer, 0, eid, "JUSTID")
+          take(band, eid, f, false)
+          want = want - 1
+          n = n - 1
+        else
+          setaside_at(scope(fn))
+        end
+      end
+    end
+    return n
+  end
+end
+
+local throttled = 0
+if mode == "read" and paused == 0 and limits and want > 0 then
+  local qs = scope("")
+  if allowed(qs) < 1 then
+    want = 0
+    throttled = next_at(qs)
+  end
+end
+
 if mode == "read" then
   if paused == 0 then
     local band = 9
     while band >= 0 and want > 0 do
+      local full = false
+      if limits then
+        full = revisit(band) >= SETASIDE_MAX
+        want = math.min(want, allowed(scope("")))
+      end
       -- XLEN is far cheaper than an XREADGROUP that finds nothing: skip empty bands.
       -- A band whose key is not a stream is skipped and named in the reply: the other
       -- bands (and queues) are served, and nothing is half done.
@@ -366,6 +594,8 @@ if mode == "read" then
       local len = redis.pcall("XLEN", KEYS[band + 1])
       if type(len) ~= "number" then
         broken[#broken + 1] = band
+      elseif full or want <= 0 then
+        r = false -- too many set aside: the band waits until they drain
       elseif len > 0 then
         ok, r = pcall(redis.call, "XREADGROUP", "GROUP", group, consumer,
           "COUNT", want, "STREAMS", KEYS[band + 1], ">")
@@ -424,12 +654,22 @@ if mode == "read" then
   -- costs this worker its hand-offs on the queue, not the claim
   if #started > 0 then
     redis.pcall("ZREM", KEYS[16], member)
-  elseif paused == 0 and ARGV[9] ~= "0" and redis.pcall("GET", KEYS[18]) ~= ARGV[10] then
+  elseif paused == 0 and not limits and ARGV[9] ~= "0" and redis.pcall("GET", KEYS[18]) ~= ARGV[10] then
     pcall(register, member)
   end
 end
 
-local out = {started, absorbed, invalid, paused, returned, broken}
+if limits then
+  -- the rate scopes' new theoretical arrival times, once a call; they expire when spent
+  for _, s in pairs(scopes) do
+    if s and s.dirty then
+      local ttl = math.ceil((s.tat - nowus) / 1000) + 1000
+      redis.call("SET", s.rkey, string.format("%d", math.ceil(s.tat)), "PX", ttl)
+    end
+  end
+end
+
+local out = {started, absorbed, invalid, paused, returned, broken, throttled, recheck}
 if #started + #absorbed + #invalid + #returned > 0 then
   -- MessagePack, not JSON: JSON formats every number with snprintf, a real cost per task
   local ok, enc = pcall(cmsgpack.pack, out)

@@ -50,6 +50,7 @@ type Completion struct {
 	Outcome Outcome
 	Text    string // result on success, error otherwise
 	RetryMS int64  // when to run again (Retry)
+	Slots   string // the concurrency slots the execution holds (Started.Slots), given back when applied
 }
 
 // CompleteCode is what complete.lua did with one completion.
@@ -77,9 +78,14 @@ func completeKV(a CompleteArgs) ([]string, []any, error) {
 			u = q.Unique(it.Unique)
 		}
 		ks = append(ks, h, q.Stream(it.Band), u)
-		args = append(args, it.ID, it.Entry, it.Attempt, string(rune(it.Outcome)), it.Text, it.RetryMS)
+		outcome := string(rune(it.Outcome))
+		if it.Slots != "" {
+			outcome += " " + it.Slots
+		}
+		args = append(args, it.ID, it.Entry, it.Attempt, outcome, it.Text, it.RetryMS)
 	}
 	ks = append(ks, q.Waiters())
+	ks = append(ks, q.LimitPrefix()+"run:")
 	return ks, args, nil
 }
 

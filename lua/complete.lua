@@ -23,9 +23,14 @@
 -- ARGV[6]  throughput field of now's minute counting failed attempts ("f" .. minute)
 -- ARGV[7]  lifetime ms of a throughput hash after its newest minute
 -- ARGV[8]  succeeded tasks kept in the succeeded list (the newest)
+-- KEYS[7+3n] concurrency slot prefix PREFIX:{Q}:lim:run: (+ scope: a limit's running set)
 -- ARGV[9+6i .. 14+6i] for item i: task id, entry id, attempt,
 --          outcome ("s" succeeded, "r" retry, "d" dead, "c" cancelled: the worker stopped
---          the function on a cancel request), result or error text, retry at ms
+--          the function on a cancel request), result or error text, retry at ms.
+--          An execution holding concurrency slots (claim.lua's slots: scopes "q" /
+--          "f:NAME") has them after its outcome, "s q f:NAME": an applied outcome gives
+--          them back (SREM from KEYS[7+3n] .. scope). In the outcome, not an argument of
+--          its own: an execution without slots costs nothing more.
 --
 -- A retry of a task whose cancel was requested (field "cancel", cancel.lua) is recorded
 -- as cancelled instead: the request is read on the retry branch only, never on the
@@ -84,6 +89,11 @@ for i = 0, n - 1 do
   local h, stream, ukey = KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i]
   local b = 9 + 6 * i
   local id, eid, attempt, outcome, text = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  local slots
+  if #outcome > 1 then
+    slots = string.sub(outcome, 3)
+    outcome = string.sub(outcome, 1, 1)
+  end
   -- pcall: a task key clobbered with another type is simply no longer this execution's
   local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry")
   -- a retry goes on the schedule, a death on the dead set, first: when that zset is of
@@ -139,6 +149,11 @@ for i = 0, n - 1 do
       if waited then ended(id, "dead") end
     end
     applied = applied + 1
+    if slots then
+      for sc in string.gmatch(slots, "%S+") do
+        redis.pcall("SREM", KEYS[7 + 3 * n] .. sc, id)
+      end
+    end
     local list = done[stream]
     if not list then
       list = {}

@@ -57,7 +57,7 @@ for n, id in ipairs(ids) do
       return {requeued, missing, wrong, n - 1, kept, r.err}
     end
     redis.call("HSET", h, "status", "queued", "failures", 0, "entry", r, "queued_at", now)
-    redis.call("HDEL", h, "finished_at")
+    redis.call("HDEL", h, "finished_at", "cancel") -- an old cancel request does not stop the new run
     redis.call("ZREM", dead, id)
     requeued = requeued + 1
   end

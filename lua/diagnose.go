@@ -59,13 +59,13 @@ func IsKeyError(err error) bool {
 // wantTypes lists the keys of queue q (and of consumer, when not "") with the type dtq
 // writes them as. The paused flag is read with EXISTS, so any type will do.
 func wantTypes(q keys.Queue, consumer string) [][2]string {
-	out := make([][2]string, 0, 19)
+	out := make([][2]string, 0, 20)
 	for _, s := range q.Streams {
 		out = append(out, [2]string{s, "stream"})
 	}
 	out = append(out,
 		[2]string{q.Schedule(), "zset"}, [2]string{q.Claimed(), "zset"}, [2]string{q.Dead(), "zset"},
-		[2]string{q.Waiting(), "zset"}, [2]string{q.Handed(), "zset"}, [2]string{q.Stats(), "hash"})
+		[2]string{q.Waiting(), "zset"}, [2]string{q.Handed(), "zset"}, [2]string{q.Stats(), "hash"}, [2]string{q.Limits(), "hash"})
 	if consumer != "" {
 		out = append(out, [2]string{q.Inbox(consumer), "stream"}, [2]string{q.Left(consumer), "string"})
 	}

@@ -80,7 +80,7 @@ func enqueueKV(a EnqueueArgs) ([]string, []any, error) {
 		args = append(args, a.Traceparent, a.Tracestate)
 	}
 	return []string{q.TaskPrefix(), q.StreamPrefix(), q.Schedule(), q.UniquePrefix(), q.Waiting(), q.Paused(),
-		q.InboxPrefix(), q.Handed()}, args, nil
+		q.InboxPrefix(), q.Handed(), q.Limits()}, args, nil
 }
 
 func decodeEnqueue(a EnqueueArgs, cmd *redis.Cmd) ([]EnqueueResult, error) {

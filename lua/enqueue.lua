@@ -9,6 +9,9 @@
 -- KEYS[6]  paused flag          PREFIX:{Q}:paused
 -- KEYS[7]  inbox prefix         PREFIX:{Q}:in:
 -- KEYS[8]  hand-offs in flight  PREFIX:{Q}:handed
+-- KEYS[9]  limits hash          PREFIX:{Q}:limits (looked at only when a worker waits:
+--          a queue with a rate or concurrency limit never hands off; claim.lua starts
+--          its tasks within the limits)
 -- ARGV[1]  queue name
 -- ARGV[2]  consumer group
 -- ARGV[3]  now ms
@@ -78,7 +81,7 @@ local function handoff(stream, entry, id, fn, payload, prio, maxr, tmo, unique)
     return nil
   end
   if paused == nil then
-    paused = redis.call("EXISTS", KEYS[6]) == 1
+    paused = redis.call("EXISTS", KEYS[6]) == 1 or redis.call("EXISTS", KEYS[9]) == 1
   end
   if paused then
     waiters = false

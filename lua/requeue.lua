@@ -20,6 +20,6 @@ if redis.call("EXISTS", stream) == 0 then
 end
 local xid = redis.call("XADD", stream, "*", "task", ARGV[3], "attempt", tonumber(t[3]) or 0)
 redis.call("HSET", KEYS[2], "status", "queued", "failures", 0, "entry", xid, "queued_at", ARGV[2])
-redis.call("HDEL", KEYS[2], "finished_at")
+redis.call("HDEL", KEYS[2], "finished_at", "cancel") -- an old cancel request does not stop the new run
 redis.call("ZREM", KEYS[1], ARGV[3])
 return {1, xid}

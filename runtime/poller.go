@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	goruntime "runtime"
 	"slices"
 	"sync"
@@ -33,6 +34,10 @@ type poller struct {
 	faults *faults           // what the loop skips while Redis refuses its keys
 	reader *blockread.Reader // the idle read: an ended ctx interrupts it at once
 	paused []bool            // per served queue: paused as of its last claim (the loop's only)
+	// per served queue (the loop's only): its rate or concurrency limit starts nothing
+	// before this time (unix ms; the queue is not claimed, read or registered on until
+	// then), and entries a limit set aside may start from recheck (unix ms; 0 none)
+	throttled, recheck []int64
 
 	fetched     chan struct{} // closed when the loop's first fetch returned
 	fetchedOnce sync.Once
@@ -40,7 +45,8 @@ type poller struct {
 
 func newPoller(w *Worker) *poller {
 	return &poller{w: w, calls: w.newCalls(), faults: w.newFaults("poll"), reader: blockread.New(w.rdb, blockread.Options{}),
-		paused: make([]bool, len(w.queues)), fetched: make(chan struct{})}
+		paused: make([]bool, len(w.queues)), throttled: make([]int64, len(w.queues)), recheck: make([]int64, len(w.queues)),
+		fetched: make(chan struct{})}
 }
 
 // Start begins polling.
@@ -141,8 +147,11 @@ func (p *poller) fetch(ctx context.Context, capacity int64) (int64, error) {
 		if p.faults.skip(q.Name) {
 			continue
 		}
-		call, prev := calls.next(q.Name)
 		now := w.now()
+		if p.throttled[i] > now.UnixMilli() {
+			continue // the queue's limit starts nothing yet
+		}
+		call, prev := calls.next(q.Name)
 		var until int64
 		if p.waitsOn(i) {
 			until = now.Add(w.blockFor() + registrationSlack).UnixMilli()
@@ -174,6 +183,7 @@ func (p *poller) claimed(i int, q keys.Queue, res lua.ClaimResult) int64 {
 	p.faults.ok(q.Name)
 	p.brokenBands(q, res.Broken)
 	p.paused[i] = res.Paused
+	p.throttled[i], p.recheck[i] = res.ThrottledUntilMS, res.RecheckMS
 	p.w.handleClaim(q, res)
 	return int64(len(res.Started))
 }
@@ -208,6 +218,30 @@ func (p *poller) brokenBands(q keys.Queue, bands []int) {
 // DTQ_POLL_BLOCK_MS).
 const pausedRecheck = time.Second
 
+// limitRecheckMax bounds how long the loop waits for a queue's limit (a throttled
+// queue, or entries a limit set aside) before it claims on that queue again.
+const limitRecheckMax = time.Second
+
+// limitWait is how long the idle wait may last before a limited queue may start a
+// task again: the earliest of its throttle's end and its set-aside entries' recheck,
+// within limitRecheckMax (at least a millisecond); no bound (the maximum duration)
+// when no queue waits for a limit.
+func (p *poller) limitWait() time.Duration {
+	return limitWait(p.w.now().UnixMilli(), p.throttled, p.recheck)
+}
+
+func limitWait(now int64, throttled, recheck []int64) time.Duration {
+	d := time.Duration(math.MaxInt64)
+	for i := range throttled {
+		for _, at := range [2]int64{throttled[i], recheck[i]} {
+			if at > 0 {
+				d = min(d, limitRecheckMax, max(time.Millisecond, time.Duration(at-now)*time.Millisecond))
+			}
+		}
+	}
+	return d
+}
+
 // registrationSlack is how long a hand-off registration outlives the blocking read it
 // was made for: the time to the next claim, which renews it.
 const registrationSlack = time.Second
@@ -217,7 +251,8 @@ const registrationSlack = time.Second
 // for hand-offs on it, or a task handed to it would wait for its next claim.
 func (p *poller) waitsOn(i int) bool {
 	w := p.w
-	off := func(j int) bool { return p.paused[j] || p.faults.skip(w.queues[j].Name) }
+	now := w.now().UnixMilli()
+	off := func(j int) bool { return p.paused[j] || p.throttled[j] > now || p.faults.skip(w.queues[j].Name) }
 	if off(i) {
 		return false
 	}
@@ -256,6 +291,7 @@ func (p *poller) block(ctx context.Context, capacity int64) error {
 		// a paused queue is not read, so its resume wakes nothing: look again soon
 		d = min(d, pausedRecheck)
 	}
+	d = min(d, p.limitWait())
 	if len(streams) == 0 {
 		service.Sleep(ctx, d)
 		return nil

@@ -54,6 +54,8 @@ var (
 		"Workers by liveness, computed from heartbeat age.", []string{"liveness"}, nil)
 	descUp = prometheus.NewDesc("dtq_scaler_redis_up",
 		"1 when this scrape read Redis, 0 when it failed.", nil, nil)
+	descLimited = prometheus.NewDesc("dtq_scaler_limited_backlog",
+		"Backlog of a queue beyond what its own rate or concurrency limit lets run at once (its concurrency, or its rate a second): work no added replica can start.", []string{"queue"}, nil)
 	descOmitted = prometheus.NewDesc("dtq_scaler_metrics_queues_omitted",
 		"Known queues this scrape left out: more than DTQ_SCALER_MAX_QUEUES.", nil, nil)
 )
@@ -108,7 +110,7 @@ func (s *Scaler) registerMetrics() {
 type queueCollector struct{ s *Scaler }
 
 func (queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLag, descPending, descDue, descDead, descWorkers, descUp, descOmitted} {
+	for _, d := range []*prometheus.Desc{descLag, descPending, descDue, descDead, descWorkers, descUp, descOmitted, descLimited} {
 		ch <- d
 	}
 }
@@ -143,6 +145,10 @@ func (qc queueCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descDue, prometheus.GaugeValue, float64(st.DueNow), st.Queue)
 		ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(st.Dead), st.Queue)
+		if run, ok := st.Limit.Runnable(); ok {
+			limited := max(0, st.Backlog(queuestat.AllBands, true)-run)
+			ch <- prometheus.MustNewConstMetric(descLimited, prometheus.GaugeValue, float64(limited), st.Queue)
+		}
 	}
 	counts := map[liveness.Liveness]float64{liveness.Live: 0, liveness.Stale: 0, liveness.Gone: 0}
 	for _, w := range workers {

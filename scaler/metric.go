@@ -3,6 +3,7 @@ package scaler
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
 	"strings"
 
 	"github.com/dtq/dtq/internal/queuestat"
@@ -56,6 +57,12 @@ func queuePart(queues []string) string {
 
 // Value is a metric's value over stats (the watched queues' signal) and the due
 // scheduled tasks per queue.
+//
+// A queue with its own rate or concurrency limit counts for no more than its limit can
+// keep busy (queuestat.Limit.Runnable: the concurrency C, or a rate of R a second as
+// ceil(R) tasks) times the metric's target: KEDA's ceil(value / target) then asks for at
+// most that many replicas for it, as each replica runs at least one task and more would
+// sit idle behind the limit.
 func (m Metadata) Value(mt Metric, stats map[string]*queuestat.Stat, due map[string]int64) int64 {
 	var n int64
 	for _, q := range m.Queues {
@@ -63,12 +70,25 @@ func (m Metadata) Value(mt Metric, stats map[string]*queuestat.Stat, due map[str
 		if st == nil {
 			continue
 		}
-		n = queuestat.Add(n, st.Backlog(mt.Bands, m.IncludePending))
+		v := st.Backlog(mt.Bands, m.IncludePending)
 		if mt.Scheduled {
-			n = queuestat.Add(n, due[q])
+			v = queuestat.Add(v, due[q])
 		}
+		if run, ok := st.Limit.Runnable(); ok {
+			v = min(v, limitCap(run, mt.Target))
+		}
+		n = queuestat.Add(n, v)
 	}
 	return n
+}
+
+// limitCap is run × target, saturating.
+func limitCap(run int64, target float64) int64 {
+	c := float64(run) * max(target, 1)
+	if c >= math.MaxInt64/2 {
+		return math.MaxInt64 / 2
+	}
+	return int64(math.Ceil(c))
 }
 
 // Active reports whether the backlog (the first metric's value) exceeds the activation

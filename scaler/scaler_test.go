@@ -598,6 +598,8 @@ func TestHTTPEndpoints(t *testing.T) {
 	s.schedule("web", time.Now().Add(-time.Minute), "late")
 	f.c.ZAdd(context.Background(), f.ks.Queue("web").Dead(), redis.Z{Score: 1, Member: "x"})
 	f.c.SAdd(context.Background(), f.ks.Queues(), "web")
+	// a concurrency limit of 1: of the backlog of 3, 2 wait for the limit
+	f.c.HSet(context.Background(), f.ks.Queue("web").Limits(), "", "conc=1")
 	f.c.SAdd(context.Background(), f.ks.Workers(), "w1")
 	f.c.HSet(context.Background(), f.ks.Worker("w1"), "worker_id", "w1", "status", "busy",
 		"last_heartbeat", time.Now().UnixMilli(), "heartbeat_interval_ms", 5000)
@@ -626,6 +628,7 @@ func TestHTTPEndpoints(t *testing.T) {
 		`dtq_queue_lag{priority="0",queue="web"} 0`,
 		`dtq_queue_scheduled_due{queue="web"} 1`,
 		`dtq_queue_dead{queue="web"} 1`,
+		`dtq_scaler_limited_backlog{queue="web"} 2`,
 		`dtq_workers{liveness="live"} 1`,
 		`dtq_workers{liveness="stale"} 0`,
 		`dtq_scaler_redis_up 1`,

@@ -28,6 +28,7 @@ func commands() []command {
 		{"dead", "list, requeue or delete dead tasks", runDead},
 		{"run-now", "run a scheduled or retrying task now", runRunNow},
 		{"cron", "add, list, remove, pause or resume periodic (cron) entries", runCron},
+		{"limit", "set, list or remove rate and concurrency limits of queues and functions", runLimit},
 		{"workers", "list workers with their computed liveness", runWorkers},
 		{"demo", "run workers and a burst of tasks end to end, kill a worker mid-task", runDemo},
 		{"bench", "load runs against Redis, beside asynq (go run ./bench in the source tree)", runBench},

@@ -19,6 +19,9 @@
 //	PREFIX:{Q}:retrying             zset: task id → due time (ms) of the retries among the schedule's members
 //	PREFIX:{Q}:succeeded            list: "MS ID" of the newest lua.SucceededKept succeeded tasks, newest first
 //	PREFIX:{Q}:tp:HOUR              hash: completions and failed attempts per minute of one hour, one day
+//	PREFIX:{Q}:limits               hash: rate and concurrency limits by scope (limits.go)
+//	PREFIX:{Q}:lim:rate:SCOPE       string: a rate limit's GCRA state, µs
+//	PREFIX:{Q}:lim:run:SCOPE        set: task ids holding a concurrency slot
 //	PREFIX:queues                   set: every queue ever enqueued to
 //	PREFIX:workers                  set: worker ids that have heartbeated
 //	PREFIX:worker:ID                hash: a worker's heartbeat, expires after 3× the interval

@@ -86,9 +86,59 @@ type Stat struct {
 	// now+Spec.Leads[i] (zero time when there is none); read only with Spec.NextDue.
 	NextDue []time.Time
 	Dead    int64 // tasks that used up their retries
+	// Limit is the queue's own rate and concurrency limit (PREFIX:{Q}:limits, field
+	// ""); zero when it has none (or its limits key is unreadable: the claim refuses
+	// the queue then, and the scaler caps nothing).
+	Limit Limit
 	// Err is set when Redis refused to read this queue (a key of the wrong type): the
 	// other queues of the same read are still good.
 	Err error
+}
+
+// Limit is a queue's own limit as the scaler reads it.
+type Limit struct {
+	Concurrency   int64   // tasks running at once; 0 none
+	RatePerSecond float64 // task starts a second; 0 none
+}
+
+// Runnable is how many of the queue's tasks its limit lets run at once: its
+// concurrency, or its rate a second rounded up (a rate of R a second keeps about R
+// tasks of a second busy), the smaller of the two; ok is false without a limit.
+func (l Limit) Runnable() (int64, bool) {
+	n, ok := int64(math.MaxInt64), false
+	if l.Concurrency > 0 {
+		n, ok = l.Concurrency, true
+	}
+	if l.RatePerSecond > 0 {
+		n, ok = min(n, int64(math.Ceil(min(l.RatePerSecond, 1e12)))), true
+	}
+	return n, ok
+}
+
+// parseLimit reads a definition "rate=R;per=MS;burst=B;conc=C" (client.SetLimit);
+// parts it does not know or cannot read are left out.
+func parseLimit(def string) Limit {
+	var l Limit
+	var rate, per float64
+	for part := range strings.SplitSeq(def, ";") {
+		k, v, _ := strings.Cut(part, "=")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			continue
+		}
+		switch k {
+		case "rate":
+			rate = float64(n)
+		case "per":
+			per = float64(n)
+		case "conc":
+			l.Concurrency = n
+		}
+	}
+	if rate > 0 && per > 0 {
+		l.RatePerSecond = rate * 1000 / per
+	}
+	return l
 }
 
 // Backlog is the sum over bands of lag, plus pending when withPending.
@@ -133,6 +183,7 @@ type queueCmds struct {
 	within  []*redis.IntCmd
 	next    []*redis.ZSliceCmd
 	dead    *redis.IntCmd
+	limit   *redis.StringCmd
 	// the queue's periodic entries (cron zset), read like the schedule
 	cronDue    *redis.IntCmd
 	cronWithin []*redis.IntCmd
@@ -195,10 +246,12 @@ func Read(ctx context.Context, c Getter, ks keys.Space, specs []Spec, now time.T
 			}))
 		}
 		qc.dead = pipe.ZCard(ctx, q.Dead())
+		qc.limit = pipe.HGet(ctx, q.Limits(), "")
 	}
 	// Exec reports the first failed command; a missing stream fails XINFO GROUPS and is
 	// no failure here, so every command is judged below instead.
-	if _, err := pipe.Exec(ctx); err != nil && !isServerError(err) {
+	// (HGET of a queue without a limit replies nil.)
+	if _, err := pipe.Exec(ctx); err != nil && !isServerError(err) && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("queuestat: read %d queues: %w", len(specs), err)
 	}
 	out := make([]Stat, len(specs))
@@ -269,6 +322,9 @@ func decode(sp Spec, qc *queueCmds) (Stat, error) {
 	}
 	if st.Dead, err = qc.dead.Result(); err != nil {
 		return st, fmt.Errorf("dead set: %w", err)
+	}
+	if def, err := qc.limit.Result(); err == nil {
+		st.Limit = parseLimit(def)
 	}
 	return st, nil
 }

@@ -280,7 +280,7 @@ class _Keys:
     def enqueue_keys(self) -> List[bytes]:
         b = self.base
         return [b + b"t:", b + b"p", b + b"schedule", b + b"u:", b + b"waiting", b + b"paused",
-                b + b"in:", b + b"handed"]
+                b + b"in:", b + b"handed", b + b"limits"]
 
 
 @dataclass
