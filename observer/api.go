@@ -171,6 +171,12 @@ func (s *Server) queue(c echo.Context) error {
 	if !known[0] && v.Error == "" && !v.Paused && v.Lag == 0 && v.Pending == 0 && v.Scheduled == 0 && v.Dead == 0 {
 		return fail(http.StatusNotFound, "queue_not_found", "queue %s: no such queue", q)
 	}
+	if v.Error == "" {
+		// the limits with their use, as dtq inspect queue and dtq limit list show them
+		if v.Limits, err = s.c.Limits(c.Request().Context(), q); err != nil {
+			v.Error = err.Error()
+		}
+	}
 	return c.JSON(http.StatusOK, v)
 }
 
