@@ -34,6 +34,15 @@ if [ -n "$unformatted" ]; then
   echo "test.sh: gofmt would change:" $unformatted >&2
   exit 1
 fi
+# Every module's go.mod and go.sum as go mod tidy leaves them: a stale nested module
+# (a dependency moved in the root) would otherwise fail only under --all.
+for m in . scaler/kedacompat deploy; do
+  [ -f "$m/go.mod" ] || continue
+  if ! (cd "$m" && go mod tidy -diff >/dev/null); then
+    echo "test.sh: $m: go.mod or go.sum is not tidy (run go mod tidy there)" >&2
+    exit 1
+  fi
+done
 go vet ./...
 # staticcheck, its checks as staticcheck.conf sets them; installed from the Go module
 # proxy when missing (the version is pinned: a new release can add checks)
