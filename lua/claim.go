@@ -136,10 +136,11 @@ func claimKV(a ClaimArgs) ([]string, []any, error) {
 	if prev == "" {
 		prev = a.Call
 	}
-	ks := make([]string, 0, 21)
+	ks := make([]string, 0, 22)
 	ks = append(ks, q.Streams[:]...)
 	ks = append(ks, q.Paused(), q.TaskPrefix(), q.Dead(), q.Receipt(a.Call), q.Receipt(prev),
-		q.Waiting(), q.Inbox(a.Consumer), q.Left(a.Consumer), q.Handed(), q.Limits(), q.LimitPrefix())
+		q.Waiting(), q.Inbox(a.Consumer), q.Left(a.Consumer), q.Handed(), q.Limits(), q.LimitPrefix(),
+		q.Waiters())
 	mode := "read"
 	if a.Reclaim {
 		mode = "reclaim"

@@ -29,6 +29,8 @@
 -- KEYS[19]    hand-offs in flight  PREFIX:{Q}:handed (enqueue.lua, rescue.lua)
 -- KEYS[20]    limits hash          PREFIX:{Q}:limits
 -- KEYS[21]    limit state prefix   PREFIX:{Q}:lim: (+ "rate:SCOPE", "run:SCOPE")
+-- KEYS[22]    waiters zset         PREFIX:{Q}:waiters (wait.lua): a task this call ends
+--             (killed, or cancelled by a reclaim) wakes its waiters as complete.lua does
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer (worker id)
 -- ARGV[3]  now ms
@@ -208,20 +210,36 @@ local function quote(s)
   return string.format("%q", s)
 end
 
-local function corrupt(stream, band, eid, id, h, what)
+-- ended: task id (function fn) ended here, with status. The concurrency slots a running
+-- task held come back now (an SREM of a slot it did not hold changes nothing), and a
+-- waiter on it is woken. Rare paths only: nothing here runs for a task that starts.
+local function ended(id, fn, status)
+  if limits then
+    redis.pcall("SREM", KEYS[21] .. "run:q", id)
+    if fn and fn ~= "" then redis.pcall("SREM", KEYS[21] .. "run:f:" .. fn, id) end
+  end
+  -- pcall: a waiters key of another type costs its waiters the push, not the outcome
+  if redis.pcall("ZREM", KEYS[22], id) == 1 then
+    redis.call("PUBLISH", KEYS[22] .. ":" .. id, status)
+  end
+end
+
+local function corrupt(stream, band, eid, id, h, what, fn)
   local reason = "corrupt task record: " .. what
   ack(stream, eid)
   redis.call("HSET", h, "status", "dead", "error", reason, "finished_at", now)
   redis.call("ZADD", deadkey, now, id)
   invalid[#invalid + 1] = {eid, band, id, reason}
+  ended(id, fn, "dead")
 end
 
-local function kill(stream, band, eid, id, h, reason)
+local function kill(stream, band, eid, id, h, reason, fn)
   -- the task cannot run at all (its payload is over the limit): dead, kept for inspection
   ack(stream, eid)
   redis.call("HSET", h, "status", "dead", "error", reason, "finished_at", now)
   redis.call("ZADD", deadkey, now, id)
   absorbed[#absorbed + 1] = {eid, band, id, "dead"}
+  ended(id, fn, "dead")
 end
 
 -- Limits: the state of a scope, looked up once a call (nil: not yet, false: no limit).
@@ -348,13 +366,13 @@ local function take(band, eid, fields, reclaiming)
     return reject(stream, band, eid, fields, "unknown task " .. id)
   end
   if not statuses[status] then
-    return corrupt(stream, band, eid, id, h, "status " .. quote(status) .. " is not a task status")
+    return corrupt(stream, band, eid, id, h, "status " .. quote(status) .. " is not a task status", t[4])
   end
   local attempt = 0
   if t[2] then
     attempt = small[t[2]] or count(t[2])
     if not attempt then
-      return corrupt(stream, band, eid, id, h, "attempt " .. quote(t[2]) .. " is not a count")
+      return corrupt(stream, band, eid, id, h, "attempt " .. quote(t[2]) .. " is not a count", t[4])
     end
   end
   local failures = small[t[8]]
@@ -388,6 +406,7 @@ local function take(band, eid, fields, reclaiming)
       ack(stream, eid)
       redis.call("HSET", h, "status", "cancelled", "finished_at", now)
       absorbed[#absorbed + 1] = {eid, band, id, "cancelled"}
+      ended(id, t[4], "cancelled")
       return
     end
     if hc[1] ~= tostring(attempt) then
@@ -415,7 +434,7 @@ local function take(band, eid, fields, reclaiming)
   local payload = t[5] or ""
   if #payload > maxpayload then
     redis.call("HSET", h, "attempt", attempt, "worker", consumer, "entry", eid)
-    return kill(stream, band, eid, id, h, "payload is " .. #payload .. " bytes, over the limit of " .. maxpayload)
+    return kill(stream, band, eid, id, h, "payload is " .. #payload .. " bytes, over the limit of " .. maxpayload, t[4])
   end
   -- the usual case: the entry is the one the task was queued with (one field less to write)
   start_task(h, digits[attempt] or attempt, consumer, now, t[3] ~= eid and eid or nil)

@@ -1,8 +1,10 @@
 package lua_test
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -283,5 +285,76 @@ func TestLimitKeysOfWrongType(t *testing.T) {
 	}
 	if f.rdb.Type(f.ctx, f.q.LimitRate("")).Val() != "string" {
 		t.Fatal("rate state not rewritten as a string")
+	}
+}
+
+// A reclaim that finds a cancel requested ends the task cancelled at once: the slots it
+// held come back in that call (no sweep needed: the scope never looks full for it) and
+// a waiter on the task is woken by the push, as complete.lua would.
+func TestReclaimCancelReleasesSlotsAndWakesWaiters(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.setLimit(t, "", "conc=5")
+	f.setLimit(t, "send", "conc=1")
+	f.enqueue(t, lua.NewTask{ID: "x", Function: "send"})
+	r := f.claim(t, lua.ClaimArgs{Consumer: "gone", Want: 1})
+	if ids(r.Started) != "x" || r.Started[0].Slots != "q f:send" {
+		t.Fatalf("claim = %+v", r)
+	}
+	sub := f.rdb.Subscribe(f.ctx, f.q.Waiters()+":x")
+	defer sub.Close()
+	if _, err := sub.Receive(f.ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	if st, err := lua.Wait.Run(f.ctx, f.rdb, lua.WaitArgs{Queue: f.q, ID: "x", NowMS: f.now, UntilMS: f.now + 60_000}); err != nil || st != "running" {
+		t.Fatalf("wait = %q %v", st, err)
+	}
+	if _, err := f.cancel(t, "x"); err != nil {
+		t.Fatal(err)
+	}
+	r = f.claim(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 5, MinIdleMS: 0, NowMS: f.now + 10})
+	if len(r.Absorbed) != 1 || r.Absorbed[0].Status != "cancelled" {
+		t.Fatalf("reclaim = %+v; want x absorbed cancelled", r)
+	}
+	if q, fn := f.running(t, ""), f.running(t, "send"); q != 0 || fn != 0 {
+		t.Fatalf("slots held after the cancel: queue %d, send %d", q, fn)
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second) // a bound, not a wait
+	defer cancel()
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil || msg.Payload != "cancelled" {
+		t.Fatalf("waiter got %v %v", msg, err)
+	}
+	if f.rdb.ZScore(f.ctx, f.q.Waiters(), "x").Err() != redis.Nil {
+		t.Fatal("the waiter's registration outlived the task")
+	}
+}
+
+// A reclaim that kills the task (its payload is over the reclaimer's limit) gives its
+// slot back in that call and wakes its waiter with "dead".
+func TestReclaimKillReleasesTheSlotAndWakesWaiters(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.setLimit(t, "", "conc=1")
+	f.enqueue(t, lua.NewTask{ID: "big", Payload: make([]byte, 100)})
+	if r := f.claim(t, lua.ClaimArgs{Consumer: "gone", Want: 1, MaxPayload: 1000}); ids(r.Started) != "big" {
+		t.Fatalf("claim = %+v", r)
+	}
+	sub := f.rdb.Subscribe(f.ctx, f.q.Waiters()+":big")
+	defer sub.Close()
+	if _, err := sub.Receive(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lua.Wait.Run(f.ctx, f.rdb, lua.WaitArgs{Queue: f.q, ID: "big", NowMS: f.now, UntilMS: f.now + 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	r := f.claim(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 5, MaxPayload: 10, NowMS: f.now + 10})
+	if len(r.Absorbed) != 1 || r.Absorbed[0].Status != "dead" || f.running(t, "") != 0 {
+		t.Fatalf("reclaim = %+v, running %d: want big killed, its slot back", r, f.running(t, ""))
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second) // a bound, not a wait
+	defer cancel()
+	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "dead" {
+		t.Fatalf("waiter got %v %v", msg, err)
 	}
 }

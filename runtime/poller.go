@@ -458,11 +458,6 @@ func (w *Worker) handleClaim(q keys.Queue, res lua.ClaimResult) {
 		w.start(q, res.Started)
 	}
 	for _, a := range res.Absorbed {
-		if a.Status == client.StatusDead || a.Status == client.StatusCancelled {
-			// the claim ended the task (killed it, or cancelled it on a reclaim): a
-			// waiter (client.Wait) is told; rare, so one command each
-			w.tellWaiters(q, a.ID, a.Status)
-		}
 		if a.Status == client.StatusDead {
 			w.metrics.count("(claim)", OutcomeDead)
 			w.log.Warn("claim: task killed at claim", "queue", q.Name, "task", a.ID)
@@ -477,19 +472,8 @@ func (w *Worker) handleClaim(q keys.Queue, res lua.ClaimResult) {
 		w.publish(Event{Type: EventReturned, Queue: q.Name, TaskID: r.ID, Detail: "queue paused: entry " + r.Entry + " put back as " + r.New})
 	}
 	for _, in := range res.Invalid {
-		w.tellWaiters(q, in.DeadID, client.StatusDead)
 		w.metrics.count("(claim)", OutcomeInvalid)
 		w.log.Warn("claim: malformed entry moved to a dead record", "queue", q.Name, "entry", in.Entry, "dead_id", in.DeadID, "reason", in.Reason)
 		w.publish(Event{Type: EventInvalidEntry, Queue: q.Name, TaskID: in.DeadID, Detail: in.Reason})
-	}
-}
-
-// tellWaiters publishes a task's end on its channel (client.Wait) when a claim ended it.
-// The registration, if any, lapses by itself.
-func (w *Worker) tellWaiters(q keys.Queue, id string, status client.Status) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := w.rdb.Publish(ctx, q.Done(id), string(status)).Err(); err != nil {
-		w.sawRedis(err)
 	}
 }
