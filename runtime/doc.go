@@ -191,6 +191,9 @@
 //     and lost its task cannot overwrite the newer attempt, ACK its entry, or — through
 //     its heartbeat's XCLAIM — take the entry back from the reclaimer (the design's
 //     unconditional XCLAIM with idle 0 would).
+//     Its next heartbeat finds the execution fenced and cancels the function's context
+//     (cause ErrLost): a worker that resumes after a freeze or an outage does not keep
+//     running a task beside the attempt that replaced it.
 //   - Receipts (call names carry a per-process tag, so a restart under the same
 //     DTQ_WORKER_ID never gets the previous process's reply): a claim call resent after its reply was lost (go-redis resends on a dropped
 //     connection) finds its receipt, a key holding the first run's reply for at most a

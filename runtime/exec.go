@@ -36,6 +36,8 @@ type execution struct {
 	// tctx is the running function's context, which it then cancels (cancelRequested).
 	cancelReq atomic.Bool
 	tctx      atomic.Pointer[taskCtx]
+	// lostReq: a heartbeat found the task no longer this execution's (lost)
+	lostReq atomic.Bool
 }
 
 // ErrCancelled is the cause (context.Cause) of a function's context ended by a cancel
@@ -52,6 +54,26 @@ func (e *execution) cancelRequested() bool {
 	}
 	if c := e.tctx.Load(); c != nil {
 		c.cancelTask(ErrCancelled)
+	}
+	return true
+}
+
+// ErrLost is the cause (context.Cause) of a function's context ended because its task
+// is no longer this execution's: a peer took it over after this worker looked silent
+// past the visibility timeout (a freeze, Redis out of reach), and runs it as the next
+// attempt. The execution's outcome would be fenced off anyway; stopping it at the next
+// heartbeat keeps it from running beside the attempt that replaced it (which a
+// concurrency limit counts as the task's one slot) and frees its executor.
+var ErrLost = errors.New("task taken over by a peer: this execution is fenced off")
+
+// lost stops e's function, once: its context ends with ErrLost. Called from the
+// heartbeat; the executor checks the flag after publishing its context.
+func (e *execution) lost() bool {
+	if !e.lostReq.CompareAndSwap(false, true) {
+		return false
+	}
+	if c := e.tctx.Load(); c != nil {
+		c.cancelTask(ErrLost)
 	}
 	return true
 }
@@ -270,6 +292,9 @@ func (w *Worker) execute(e *execution) {
 	e.tctx.Store(tctx)
 	if e.cancelReq.Load() {
 		tctx.cancelTask(ErrCancelled) // requested while the task waited for an executor
+	}
+	if e.lostReq.Load() {
+		tctx.cancelTask(ErrLost)
 	}
 	began := time.Now()
 	res, err := call(tctx, e.fn.fn, t)

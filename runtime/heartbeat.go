@@ -138,8 +138,8 @@ func (w *Worker) touchHeld(ctx context.Context) {
 			// An execution whose outcome went to the completer since the snapshot is
 			// not "lost": its completion may have landed first. If it was reclaimed after
 			// all, the completion is fenced and says so.
-			if !ok[i].Held() && !e.recorded.Load() {
-				w.log.Warn("heartbeat: task no longer ours (reclaimed by a peer); its completion will be fenced off", "queue", name, "task", hs[i].ID, "attempt", hs[i].Attempt)
+			if !ok[i].Held() && !e.recorded.Load() && e.lost() {
+				w.log.Warn("heartbeat: task no longer ours (reclaimed by a peer); its function is cancelled and its outcome will be fenced off", "queue", name, "task", hs[i].ID, "attempt", hs[i].Attempt)
 			}
 		}
 	}
