@@ -38,7 +38,7 @@ func TestChaosCI(t *testing.T) {
 		Workers: 3, Concurrency: 8, Tasks: 1500,
 		EnqueueFor: 8 * time.Second, FaultEvery: time.Second,
 		Kills: 2, Terms: 2, Freezes: 1, LeaderKills: 1,
-		Bursts: 1, Pauses: 1, BrokenKeys: 1, Cancels: 2, LongShare: 0.005,
+		Bursts: 1, Pauses: 1, BrokenKeys: 1, Cancels: 2, LongShare: 0.005, ConcLimit: 6,
 		VisibilityTimeout: 3 * time.Second, HeartbeatInterval: 300 * time.Millisecond,
 		Deadline: 2 * time.Minute,
 		Log:      logWriter{t},
@@ -49,6 +49,15 @@ func TestChaosCI(t *testing.T) {
 	t.Log("\n" + rep.String())
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The limits were in force: each reached its bound (never passed: Violations).
+	if len(rep.Limits) != 2 {
+		t.Fatalf("limits checked: %+v", rep.Limits)
+	}
+	for _, l := range rep.Limits {
+		if l.Peak != o.ConcLimit {
+			t.Fatalf("limit %s peaked at %d: the run did not press on it", l.Scope, l.Peak)
+		}
 	}
 	if rep.Kills != o.Kills || rep.Terms != o.Terms || rep.Freezes != o.Freezes || rep.LeaderKills != o.LeaderKills {
 		t.Fatalf("faults injected: %d kills, %d terms, %d freezes, %d leader kills; want all of %+v", rep.Kills, rep.Terms, rep.Freezes, rep.LeaderKills, o)

@@ -432,6 +432,9 @@ func (h *harness) finish(ctx context.Context, ledgerDir string) (Report, error) 
 	if torn > 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d ledger lines could not be read", torn))
 	}
+	if rep.Limits, err = h.checkLimits(ctx, specs, execs, faults); err != nil {
+		return rep, err
+	}
 	_, rep.Leftover, err = h.state(ctx)
 	if err != nil {
 		return rep, err

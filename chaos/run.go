@@ -75,6 +75,11 @@ type Options struct {
 	// Cancels each cancel (client.CancelTask) up to three running tasks and one other,
 	// racing their completions (0).
 	Cancels int
+	// ConcLimit, when above 0, sets fleet-wide concurrency limits of that many before the
+	// workers start: on the whole first queue and on the "sleep" function of the second.
+	// The ledger then shows whether the limit was reached and never passed, and the
+	// limits' running sets must be empty at the end (0).
+	ConcLimit int
 	// LongShare is the share of tasks that sleep 2–3× the visibility timeout (0: 2%;
 	// negative: none).
 	LongShare float64
@@ -134,6 +139,8 @@ type Report struct {
 	BrokenHeld      int `json:"broken_held"`
 	RegistryDeletes int `json:"registry_deletes"`
 	Cancels         int `json:"cancels"`
+	// Limits: per concurrency limit (ConcLimit), what the ledger and its running set say.
+	Limits []LimitFindings `json:"limits,omitempty"`
 	// RegistryStalls counts queues whose delayed task or retry did not move after the
 	// registry was deleted (the harness then registered the queues again).
 	RegistryStalls int `json:"registry_stalls"`
@@ -181,6 +188,14 @@ func (r Report) Violations() []string {
 	if r.Leftover > 0 {
 		v = append(v, fmt.Sprintf("%d stream entries or schedule items left over", r.Leftover))
 	}
+	for _, l := range r.Limits {
+		if l.Exceeded > 0 {
+			v = append(v, fmt.Sprintf("limit %s: %d starts past it (peak %d)", l.Scope, l.Exceeded, l.Peak))
+		}
+		if l.Leaked > 0 {
+			v = append(v, fmt.Sprintf("limit %s: %d slots still held once every task had ended", l.Scope, l.Leaked))
+		}
+	}
 	if r.RegistryStalls > 0 {
 		v = append(v, fmt.Sprintf("%d queues whose delayed tasks stopped moving when the registry was deleted", r.RegistryStalls))
 	}
@@ -204,6 +219,10 @@ func (r Report) String() string {
 	if r.Cancels > 0 {
 		p("  cancels           %d rounds: %d found waiting, %d running (%d of them ended cancelled, the others finished first), %d too late; %d starts after a cancel, %d unasked, %d contradicted (violations)",
 			r.Cancels, r.CancelsDone, r.CancelsRequested, r.CancelledRunning, r.CancelsTooLate, r.CancelStarts, r.CancelUnasked, r.CancelBroken)
+	}
+	for _, l := range r.Limits {
+		p("  limit             %s: %d executions, peak %d current attempts (%d with fenced executions still running), %d starts past it (violations), %d slots left (violations); %d executions killed, their tasks running again %s after the kill at most",
+			l.Scope, l.Executions, l.Peak, l.ZombiePeak, l.Exceeded, l.Leaked, l.Killed, l.SlotReturn.Round(time.Millisecond))
 	}
 	p("  pauses            %d starts in a pause window: %d started in Redis before it, %d claimed while Pause was being sent, %d after it (violations); %d deliveries put back unstarted",
 		r.PauseHeld+r.PauseStraddle+r.PauseStarts, r.PauseHeld, r.PauseStraddle, r.PauseStarts, r.PauseReturned)
@@ -402,6 +421,9 @@ func (h *harness) run(ctx context.Context, dir string) (Report, error) {
 	h.rdb = redis.NewClient(ropt)
 	defer h.rdb.Close()
 	h.c = client.New(h.rdb, client.Options{Prefix: o.Prefix})
+	if err := h.setLimits(ctx); err != nil {
+		return h.rep, err
+	}
 	workerURL := redisURL
 	if o.ConnCuts > 0 || o.ReplyCuts > 0 || o.Outages > 0 || o.Delays > 0 || o.LongOutages > 0 {
 		p, err := NewProxy(ropt.Addr)

@@ -47,6 +47,7 @@ func main() {
 	flag.IntVar(&o.Bursts, "bursts", 0, "EnqueueMany calls over every band of every queue")
 	flag.IntVar(&o.Pauses, "pauses", 0, "pauses of a queue for 1-2s (no task of it may start)")
 	flag.IntVar(&o.Cancels, "cancels", 0, "cancels of up to three running tasks and one other, racing their completions")
+	flag.IntVar(&o.ConcLimit, "conc-limit", 0, "fleet-wide concurrency limit on the first queue and on function sleep of the second, checked from the ledger (0: none)")
 	flag.IntVar(&o.BrokenKeys, "broken-keys", 0, "a band stream of one queue made a string for about 1s")
 	flag.IntVar(&o.BrokenSchedules, "broken-schedules", 0, "the schedule zset of one queue made a string for about 1s")
 	flag.IntVar(&o.RegistryDeletes, "registry-deletes", 0, "deletions of PREFIX:queues (three each)")
