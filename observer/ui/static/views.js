@@ -38,6 +38,15 @@ function table(caption, head, rows, cls) {
 
 function badge(text, kind) { return h('span', { class: 'badge ' + kind }, text); }
 
+// CANCELLABLE: the states a task can be cancelled in (a running one is asked to stop).
+const CANCELLABLE = ['queued', 'running', 'scheduled', 'retrying'];
+
+// cancelled is the message of a cancel's answer: done at once, or requested of the
+// worker running the task.
+const cancelled = id => d => d.cancel === 'requested'
+  ? 'Cancel requested for ' + id + '; its worker stops it.'
+  : 'Cancelled ' + id + '.';
+
 let firstRender = false;
 function rendered() {
   if (!firstRender) { firstRender = true; performance.mark('dtq-first-render'); }
@@ -137,9 +146,9 @@ export function queue(root, route) {
         if (missing(r)) { runMissing.v = true; say('Run now is not available on this observer.', 'error'); state.refresh(); }
       }, 'run:' + it.id));
     }
-    if (tab === 'queued' || tab === 'scheduled' || tab === 'retrying') {
+    if (CANCELLABLE.includes(tab)) {
       out.push(actionButton('Cancel', 'Cancel ' + it.id, () =>
-        act('POST', `/api/v1/queues/${enc(name)}/tasks/${enc(it.id)}/cancel`, undefined, 'Cancelled ' + it.id + '.'), 'cancel:' + it.id));
+        act('POST', `/api/v1/queues/${enc(name)}/tasks/${enc(it.id)}/cancel`, undefined, cancelled(it.id)), 'cancel:' + it.id));
     }
     return out;
   };
@@ -247,8 +256,8 @@ export function task(root, route) {
           if (missing(d)) { runMissing.v = true; say('Run now is not available on this observer.', 'error'); }
         }, 'run'));
       }
-      if (['queued', 'scheduled', 'retrying'].includes(t.status)) {
-        acts.push(actionButton('Cancel', 'Cancel task ' + id, () => act('POST', `${base}/tasks/${enc(id)}/cancel`, undefined, 'Cancelled ' + id + '.'), 'cancel'));
+      if (CANCELLABLE.includes(t.status)) {
+        acts.push(actionButton('Cancel', 'Cancel task ' + id, () => act('POST', `${base}/tasks/${enc(id)}/cancel`, undefined, cancelled(id)), 'cancel'));
       }
       const fields = Object.entries(t).filter(([k, v]) => k !== 'payload' && k !== 'result' && typeof v !== 'object');
       swap(box,
