@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -220,14 +221,22 @@ func (tb *tab) screenshot(name string) {
 // startWorker runs a worker in-process on queues until the test ends.
 func startWorker(t *testing.T, e *env, queues string) *runtime.Worker {
 	t.Helper()
-	cfg, err := runtime.LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{
-		"DTQ_REDIS_URL": "redis://" + redistest.Shared(t).Addr(), "DTQ_KEY_PREFIX": e.prefix,
-		"DTQ_QUEUES": queues, "DTQ_LOG_LEVEL": "error",
-	}))
+	return startWorkerWith(t, e, function.Registry(), map[string]string{"DTQ_QUEUES": queues})
+}
+
+// startWorkerWith runs a worker in-process with the functions of reg until the test
+// ends; vars adds to (or replaces) its configuration.
+func startWorkerWith(t *testing.T, e *env, reg *runtime.Registry, vars map[string]string) *runtime.Worker {
+	t.Helper()
+	env := map[string]string{
+		"DTQ_REDIS_URL": "redis://" + redistest.Shared(t).Addr(), "DTQ_KEY_PREFIX": e.prefix, "DTQ_LOG_LEVEL": "error",
+	}
+	maps.Copy(env, vars)
+	cfg, err := runtime.LoadConfig(context.Background(), envconfig.MapLookuper(env))
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := runtime.New(runtime.Options{Config: cfg, Redis: e.rdb, Registry: function.Registry(), Logger: slog.New(slog.DiscardHandler)})
+	w, err := runtime.New(runtime.Options{Config: cfg, Redis: e.rdb, Registry: reg, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

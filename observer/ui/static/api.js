@@ -91,11 +91,12 @@ export function offButton(b) {
   b.title = 'The observer was started without DTQ_OBSERVER_TOKEN';
 }
 
-// act sends an action and reports its outcome; it returns the answer.
+// act sends an action and reports its outcome; it returns the answer. done is the
+// message of a success, or a function of the answer's data returning it.
 export async function act(method, path, body, done) {
   const r = await api(method, path, body);
   if (r.ok) {
-    say(done || 'Done.', 'ok');
+    say((typeof done === 'function' ? done(r.data || {}) : done) || 'Done.', 'ok');
   } else if (r.status === 403 && r.code === 'actions_disabled') {
     markActionsOff();
     say('Refused: ' + r.error, 'error');

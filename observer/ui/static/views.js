@@ -38,6 +38,48 @@ function table(caption, head, rows, cls) {
 
 function badge(text, kind) { return h('span', { class: 'badge ' + kind }, text); }
 
+// CANCELLABLE: the states a task can be cancelled in (a running one is asked to stop).
+const CANCELLABLE = ['queued', 'running', 'scheduled', 'retrying'];
+
+// cancelled is the message of a cancel's answer: done at once, or requested of the
+// worker running the task.
+const cancelled = id => d => d.cancel === 'requested'
+  ? 'Cancel requested for ' + id + '; its worker stops it.'
+  : 'Cancelled ' + id + '.';
+
+// period writes a limit's period (ns) as dtq limit set reads it: s, m, h for one second,
+// minute or hour, else a duration such as 1m30s or 500ms.
+function period(ns) {
+  let ms = Math.round(Number(ns) / 1e6);
+  const one = { 1000: 's', 60000: 'm', 3600000: 'h' }[ms];
+  if (one) return one;
+  if (!(ms > 0)) return String(ns) + 'ns';
+  let out = '';
+  for (const [unit, size] of [['h', 3600000], ['m', 60000], ['s', 1000], ['ms', 1]]) {
+    if (ms >= size) { out += Math.floor(ms / size) + unit; ms %= size; }
+  }
+  return out;
+}
+
+// limitsTable is the table of a queue's rate and concurrency limits with their use.
+function limitsTable(limits) {
+  if (!limits || !limits.length) return null;
+  const now = Date.now();
+  return table('Limits', ['Scope', 'Rate', 'Burst', 'Concurrency', 'Next start'], limits.map(l => {
+    const fn = l.function || '';
+    const scope = h('th', { scope: 'row', class: 'scope' }, fn ? ['function ', h('code', {}, fn)] : 'queue');
+    if (l.error) {
+      return h('tr', { 'data-limit': fn }, scope, h('td', { class: 'error', colspan: '4' }, 'Unreadable: ' + l.error));
+    }
+    return h('tr', { 'data-limit': fn }, scope,
+      h('td', { class: 'rate' }, l.rate ? `${l.rate}/${period(l.per)}` : '–'),
+      h('td', { class: 'num burst' }, l.rate ? String(l.burst ?? 1) : '–'),
+      h('td', { class: 'concurrency' }, l.concurrency ? `${l.running ?? 0} / ${l.concurrency} running` : '–'),
+      h('td', { class: 'next' }, !l.rate ? '–' : l.next_token_ms > now
+        ? h('time', { datetime: new Date(l.next_token_ms).toISOString() }, fmtTime(l.next_token_ms)) : 'now'));
+  }), 'limits-table');
+}
+
 let firstRender = false;
 function rendered() {
   if (!firstRender) { firstRender = true; performance.mark('dtq-first-render'); }
@@ -137,9 +179,9 @@ export function queue(root, route) {
         if (missing(r)) { runMissing.v = true; say('Run now is not available on this observer.', 'error'); state.refresh(); }
       }, 'run:' + it.id));
     }
-    if (tab === 'queued' || tab === 'scheduled' || tab === 'retrying') {
+    if (CANCELLABLE.includes(tab)) {
       out.push(actionButton('Cancel', 'Cancel ' + it.id, () =>
-        act('POST', `/api/v1/queues/${enc(name)}/tasks/${enc(it.id)}/cancel`, undefined, 'Cancelled ' + it.id + '.'), 'cancel:' + it.id));
+        act('POST', `/api/v1/queues/${enc(name)}/tasks/${enc(it.id)}/cancel`, undefined, cancelled(it.id)), 'cancel:' + it.id));
     }
     return out;
   };
@@ -171,7 +213,7 @@ export function queue(root, route) {
           .filter(Boolean).map(([k, v]) => h('div', { class: 'stat', 'data-stat': k }, h('dt', {}, k), h('dd', {}, num(v))))),
       table('Per band', ['Band', 'Lag', 'Pending'], (q.priorities || []).map(b =>
         h('tr', {}, h('th', { scope: 'row' }, 'p' + b.priority), h('td', { class: 'num' }, num(b.lag)), h('td', { class: 'num' }, num(b.pending)))), 'bands-table'),
-      bands(q.priorities));
+      bands(q.priorities), limitsTable(q.limits));
       swap(chart, q.throughput ? throughput(q.throughput, 'This queue, per minute') : null);
 
       if (!tr.ok) {
@@ -247,8 +289,8 @@ export function task(root, route) {
           if (missing(d)) { runMissing.v = true; say('Run now is not available on this observer.', 'error'); }
         }, 'run'));
       }
-      if (['queued', 'scheduled', 'retrying'].includes(t.status)) {
-        acts.push(actionButton('Cancel', 'Cancel task ' + id, () => act('POST', `${base}/tasks/${enc(id)}/cancel`, undefined, 'Cancelled ' + id + '.'), 'cancel'));
+      if (CANCELLABLE.includes(t.status)) {
+        acts.push(actionButton('Cancel', 'Cancel task ' + id, () => act('POST', `${base}/tasks/${enc(id)}/cancel`, undefined, cancelled(id)), 'cancel'));
       }
       const fields = Object.entries(t).filter(([k, v]) => k !== 'payload' && k !== 'result' && typeof v !== 'object');
       swap(box,
