@@ -267,7 +267,18 @@ if limits then
       s.rkey = KEYS[21] .. "rate:" .. sc
       local ok, v = pcall(redis.call, "GET", s.rkey)
       local tat = ok and tonumber(v) or 0
-      if tat < nowus then tat = nowus end
+      -- A claim late for its token, by less than a period, keeps up to half a period of
+      -- the time it missed: workers wake a little after each token, and resetting to now
+      -- would lose that much every period (at burst 1; a larger burst absorbs it). Two
+      -- starts are never closer than half a period. A period or more late, the scope
+      -- was idle: it starts from now.
+      if tat < nowus then
+        if tat > nowus - l.t then
+          if tat < nowus - l.t / 2 then tat = nowus - l.t / 2 end
+        else
+          tat = nowus
+        end
+      end
       s.tat = tat
       s.avail = math.floor((nowus - tat) / l.t + l.burst + 1e-9)
     end

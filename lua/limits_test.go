@@ -358,3 +358,44 @@ func TestReclaimKillReleasesTheSlotAndWakesWaiters(t *testing.T) {
 		t.Fatalf("waiter got %v %v", msg, err)
 	}
 }
+
+// At burst 1, a claim that comes for its token late (by less than a period) keeps up to
+// half a period of the time it missed (the next token falls a period after the last one
+// was due, not after the late claim): workers that wake a little after each token do
+// not lose the difference, and the rate holds. Two starts are never closer than half a
+// period, and a scope idle for longer starts from now.
+func TestRateKeepsALateClaimsMissedTime(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.setLimit(t, "", "rate=10;per=1000;burst=1") // a token per 100 ms
+	for i := 0; i < 6; i++ {
+		f.enqueue(t, lua.NewTask{ID: string(rune('a' + i))})
+	}
+	start := func(at int64) int {
+		return len(f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 10, NowMS: f.now + at}).Started)
+	}
+	if n := start(0); n != 1 {
+		t.Fatalf("first claim started %d", n)
+	}
+	if n := start(140); n != 1 { // 40 ms after its token
+		t.Fatalf("claim 40 ms late started %d", n)
+	}
+	if n := start(200); n != 1 { // the next token falls at 200, not 240
+		t.Fatalf("claim at the next token (200) started %d: the late claim's 40 ms were lost", n)
+	}
+	if n := start(370); n != 1 { // 70 ms late: 50 of them kept
+		t.Fatalf("claim 70 ms late started %d", n)
+	}
+	if n := start(419); n != 0 { // the next token falls at 420
+		t.Fatalf("claim at 419 started %d: a start 49 ms after the previous one", n)
+	}
+	if n := start(420); n != 1 {
+		t.Fatalf("claim at 420 started %d", n)
+	}
+	if n := start(1420); n != 1 { // after an idle second: from now, no time kept
+		t.Fatalf("claim after an idle second started %d", n)
+	}
+	if n := start(1519); n != 0 {
+		t.Fatalf("claim 99 ms after the one that followed an idle second started %d", n)
+	}
+}
