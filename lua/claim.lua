@@ -83,7 +83,9 @@
 -- An entry over a limit is not started: it is set aside, XCLAIMed to the pseudo-consumer
 -- "~limited" (it stays pending, its task queued); a read looks at a band's oldest
 -- set-aside entries (SETASIDE_SCAN) before its new ones and starts those now allowed,
--- and reads no new entries from a band holding SETASIDE_MAX set-aside ones. A scope that
+-- and reads no new entries from a band holding SETASIDE_MAX set-aside ones; a reclaim
+-- does the same look first, then restarts the idle clock of the entries still set aside,
+-- so its XAUTOCLAIM reaches silent workers' entries behind them. A scope that
 -- looks full has its members checked: a task no longer running gives its slot back.
 -- A queue with a limit never registers its worker for hand-offs. A read that the
 -- queue's own limit leaves nothing to start replies throttled = the time (ms) of its
@@ -588,6 +590,7 @@ if limits then
         if type(fn) ~= "string" or fn == "" or allowed(scope(fn)) >= 1 then
           redis.call("XCLAIM", stream, group, consumer, 0, eid, "JUSTID")
           take(band, eid, f, false)
+          holds[band .. " " .. eid] = true -- a reclaim's XAUTOCLAIM below leaves it be
           want = want - 1
           n = n - 1
         else
@@ -646,6 +649,19 @@ if mode == "read" then
   end
 elseif mode == "reclaim" and paused == 0 then
   for band = 9, 0, -1 do
+    if limits and want > 0 and revisit(band) > 0 then
+      -- Entries still set aside and idle past the visibility timeout get their idle
+      -- clock restarted (XCLAIM to "~limited" again, JUSTID) before the XAUTOCLAIM:
+      -- taken by it, each would use up the reclaim's budget only to be set aside
+      -- again, and a dead worker's running task behind them would wait for passes.
+      local ok, p = pcall(redis.call, "XPENDING", KEYS[band + 1], group, "IDLE", minidle,
+        "-", "+", SETASIDE_MAX, SETASIDE)
+      if ok and #p > 0 then
+        local ids = {}
+        for i, e in ipairs(p) do ids[i] = e[1] end
+        redis.call("XCLAIM", KEYS[band + 1], group, SETASIDE, 0, unpack(ids))
+      end
+    end
     local cursor, rounds = "0-0", 0
     while want > 0 and rounds < 10 do
       local ok, r = pcall(redis.call, "XAUTOCLAIM", KEYS[band + 1], group, consumer,

@@ -399,3 +399,38 @@ func TestRateKeepsALateClaimsMissedTime(t *testing.T) {
 		t.Fatalf("claim 99 ms after the one that followed an idle second started %d", n)
 	}
 }
+
+// Entries set aside by a limit, idle past the visibility timeout, do not use up a
+// reclaim's budget: the reaper still reaches a dead worker's running task behind them
+// (here on a lower band, after 30 set-aside entries of band 9).
+func TestSetAsideEntriesDoNotStarveTheReclaim(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.setLimit(t, "send", "conc=1")
+	f.enqueue(t, lua.NewTask{ID: "run", Function: "send", MaxRetries: 3})
+	r := f.claim(t, lua.ClaimArgs{Consumer: "gone", Want: 1})
+	if ids(r.Started) != "run" {
+		t.Fatalf("started %q", ids(r.Started))
+	}
+	for i := 0; i < 30; i++ {
+		f.enqueue(t, lua.NewTask{ID: "w" + string(rune('A'+i)), Function: "send", Priority: 9})
+	}
+	if r := f.claim(t, lua.ClaimArgs{Consumer: "gone", Want: 30}); len(r.Started) != 0 {
+		t.Fatalf("started %q past the limit", ids(r.Started))
+	}
+	if p := f.rdb.XPending(f.ctx, f.q.Stream(9), keys.Group).Val(); p.Count != 30 {
+		t.Fatalf("%d entries of band 9 set aside, want 30", p.Count)
+	}
+	// every pending entry idle a minute, its owner unchanged (the worker's, "~limited")
+	for _, band := range []int{0, 9} {
+		for _, p := range f.rdb.XPendingExt(f.ctx, &redis.XPendingExtArgs{Stream: f.q.Stream(band), Group: keys.Group, Start: "-", End: "+", Count: 100}).Val() {
+			if err := f.rdb.Do(f.ctx, "XCLAIM", f.q.Stream(band), keys.Group, p.Consumer, 0, p.ID, "IDLE", 60_000, "JUSTID").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r = f.claim(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 2, MinIdleMS: 30_000, NowMS: f.now + 60_000})
+	if len(r.Started) != 1 || r.Started[0].ID != "run" || !r.Started[0].Reclaimed {
+		t.Fatalf("reclaim = %+v; want run reclaimed", r.Started)
+	}
+}
