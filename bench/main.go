@@ -100,7 +100,7 @@ func main() {
 	fs.BoolVar(&o.verbose, "v", false, "log what the run does to stderr")
 	fs.BoolVar(&o.callgrind, "callgrind", false, "scripts: Redis runs under valgrind --tool=callgrind; count its instructions per phase")
 	fs.StringVar(&o.rate, "rate", "100/s", "limit: the queue's rate limit (dtq limit set --rate)")
-	fs.IntVar(&o.burst, "burst", 1, "limit: the rate limit's burst (with burst 1 every claim that comes late loses its token)")
+	fs.IntVar(&o.burst, "burst", 1, "limit: the rate limit's burst (1: no two starts at once)")
 	_ = fs.Parse(os.Args[2:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected argument %q\n", fs.Arg(0))
