@@ -34,7 +34,7 @@ func TestCheckLimit(t *testing.T) {
 	}
 	execs[1].Finish, execs[1].Outcome = at(3600), chaos.OutcomeOK
 	lf := chaos.CheckLimit(scope, specs, execs, faults)
-	if lf.Executions != 5 || lf.Peak != 2 || lf.Exceeded != 0 || lf.ZombiePeak != 3 || lf.Killed != 1 || lf.SlotReturn != 3*time.Second {
+	if lf.Executions != 5 || lf.Peak != 2 || lf.Exceeded != 0 || lf.ZombiePeak != 3 || lf.Killed != 1 || lf.SlotReturn != 3*time.Second || lf.ZombieFor != 2*time.Second {
 		t.Fatalf("findings %+v", lf)
 	}
 	// c's second attempt overlapping a and b: past the limit

@@ -40,7 +40,10 @@ type LimitFindings struct {
 	Peak       int       `json:"peak"`
 	Exceeded   int       `json:"exceeded"` // starts that took the count past the limit
 	ZombiePeak int       `json:"zombie_peak"`
-	Killed     int       `json:"killed"` // executions whose process was SIGKILLed
+	// ZombieFor is the longest a fenced execution ran on after its task's next attempt
+	// started (the worker stops it at its first heartbeat once it runs again).
+	ZombieFor time.Duration `json:"zombie_for_ns"`
+	Killed    int           `json:"killed"` // executions whose process was SIGKILLed
 	// SlotReturn is, over the killed executions of the scope, the longest time from the
 	// SIGKILL to the next attempt of the same task starting (its slot back in use).
 	SlotReturn time.Duration `json:"slot_return_ns"`
@@ -144,6 +147,9 @@ func CheckLimit(s ConcScope, specs []Spec, execs []*Exec, faults []Fault) LimitF
 					}
 					break
 				}
+			}
+			if end.Before(real) && real != forever {
+				lf.ZombieFor = max(lf.ZombieFor, real.Sub(end))
 			}
 			cur = append(cur, edge{e.Start, 1}, edge{end, -1})
 			zombie = append(zombie, edge{e.Start, 1}, edge{real, -1})

@@ -221,8 +221,8 @@ func (r Report) String() string {
 			r.Cancels, r.CancelsDone, r.CancelsRequested, r.CancelledRunning, r.CancelsTooLate, r.CancelStarts, r.CancelUnasked, r.CancelBroken)
 	}
 	for _, l := range r.Limits {
-		p("  limit             %s: %d executions, peak %d current attempts (%d with fenced executions still running), %d starts past it (violations), %d slots left (violations); %d executions killed, their tasks running again %s after the kill at most",
-			l.Scope, l.Executions, l.Peak, l.ZombiePeak, l.Exceeded, l.Leaked, l.Killed, l.SlotReturn.Round(time.Millisecond))
+		p("  limit             %s: %d executions, peak %d current attempts (%d with fenced executions still running, for %s at most), %d starts past it (violations), %d slots left (violations); %d executions killed, their tasks running again %s after the kill at most",
+			l.Scope, l.Executions, l.Peak, l.ZombiePeak, l.ZombieFor.Round(time.Millisecond), l.Exceeded, l.Leaked, l.Killed, l.SlotReturn.Round(time.Millisecond))
 	}
 	p("  pauses            %d starts in a pause window: %d started in Redis before it, %d claimed while Pause was being sent, %d after it (violations); %d deliveries put back unstarted",
 		r.PauseHeld+r.PauseStraddle+r.PauseStarts, r.PauseHeld, r.PauseStraddle, r.PauseStarts, r.PauseReturned)
