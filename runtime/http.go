@@ -1,9 +1,9 @@
 package runtime
 
 import (
+	"encoding/json"
 	"net/http"
 
-	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -16,28 +16,36 @@ const (
 
 // Handler serves /healthz (the process is up), /readyz (the worker takes work: 503
 // while starting, once draining and while Redis does not answer it, with the reason)
-// and /metrics (Prometheus).
+// and /metrics (Prometheus), GET (and HEAD) only. Three routes need no framework: the
+// standard library's mux keeps echo, and what it links (encoding/xml, autocert), out
+// of the worker's start.
 func (w *Worker) Handler() http.Handler {
-	e := echo.New()
-	e.HideBanner = true
-	e.HidePort = true
-	e.GET(PathHealthz, func(c echo.Context) error {
-		return c.JSON(http.StatusOK, map[string]any{"ok": true, "worker_id": w.id, "status": w.status()})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+PathHealthz, func(rw http.ResponseWriter, _ *http.Request) {
+		writeJSON(rw, http.StatusOK, map[string]any{"ok": true, "worker_id": w.id, "status": w.status()})
 	})
-	e.GET(PathReadyz, func(c echo.Context) error {
+	mux.HandleFunc("GET "+PathReadyz, func(rw http.ResponseWriter, _ *http.Request) {
 		body := map[string]any{"ready": true, "worker_id": w.id, "status": w.status(), "inflight": w.hold.inflight.Load(), "redis_up": w.redis.Up()}
 		if !w.Ready() {
 			body["ready"] = false
 			body["reason"] = w.notReadyReason()
-			return c.JSON(http.StatusServiceUnavailable, body)
+			writeJSON(rw, http.StatusServiceUnavailable, body)
+			return
 		}
-		return c.JSON(http.StatusOK, body)
+		writeJSON(rw, http.StatusOK, body)
 	})
-	e.GET(PathMetrics, echo.WrapHandler(promhttp.HandlerFor(w.metrics.reg, promhttp.HandlerOpts{})))
+	mux.Handle("GET "+PathMetrics, promhttp.HandlerFor(w.metrics.reg, promhttp.HandlerOpts{}))
 	if w.cfg.Pprof && w.pprof != nil {
-		e.GET("/debug/pprof/*", echo.WrapHandler(w.pprof))
+		mux.Handle("GET /debug/pprof/", w.pprof)
 	}
-	return e
+	return mux
+}
+
+// writeJSON writes v as JSON with the status code.
+func writeJSON(rw http.ResponseWriter, code int, v any) {
+	rw.Header().Set("Content-Type", "application/json")
+	rw.WriteHeader(code)
+	_ = json.NewEncoder(rw).Encode(v)
 }
 
 // notReadyReason says why Ready is false: the worker's state first, then Redis.

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -405,8 +406,30 @@ func TestHTTPEndpoints(t *testing.T) {
 	if code, _ := get(runtime.PathReadyz); code != 503 {
 		t.Fatalf("readyz after stop = %d, want 503", code)
 	}
-	if code, _ := get(runtime.PathHealthz); code != 200 {
-		t.Fatalf("healthz = %d, want 200", code)
+	if code, body := get(runtime.PathHealthz); code != 200 || !strings.Contains(body, `"worker_id":"`+r.w.ID()+`"`) {
+		t.Fatalf("healthz = %d %s, want 200 naming the worker", code, body)
+	}
+	resp, err := http.Get(srv.URL + runtime.PathReadyz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ready map[string]any
+	err = json.NewDecoder(resp.Body).Decode(&ready)
+	resp.Body.Close()
+	if err != nil || resp.Header.Get("Content-Type") != "application/json" || ready["ready"] != false || ready["reason"] != "draining" {
+		t.Fatalf("readyz after stop: %s %v %v", resp.Header.Get("Content-Type"), ready, err)
+	}
+	// the endpoints read, nothing else: another method is refused, an unknown path is 404
+	resp, err = http.Post(srv.URL+runtime.PathMetrics, "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("POST /metrics = %d, want 405", resp.StatusCode)
+	}
+	if code, _ := get("/nosuch"); code != http.StatusNotFound {
+		t.Fatalf("GET /nosuch = %d, want 404", code)
 	}
 }
 
