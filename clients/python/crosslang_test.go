@@ -19,6 +19,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sethvargo/go-envconfig"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dtq/dtq/client"
 	"github.com/dtq/dtq/function"
@@ -85,6 +87,9 @@ type pyCall struct {
 	Tasks []pyTask `json:"tasks,omitempty"`
 	Queue string   `json:"queue,omitempty"`
 	ID    string   `json:"id,omitempty"`
+	// the W3C trace context passed to enqueue or enqueue_many
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // pyResult is an enqueue's outcome, or a call's error.
@@ -546,5 +551,59 @@ func TestPythonEnqueueGoWorker(t *testing.T) {
 	w.Handler().ServeHTTP(rw, httptest.NewRequest("GET", runtime.PathMetrics, nil))
 	if want := `dtq_worker_handoffs_total{worker_id="` + w.ID() + `"} 1`; !strings.Contains(rw.Body.String(), want) {
 		t.Errorf("metrics lack %q", want)
+	}
+}
+
+// TestTraceContextAsGo: a trace context given to Python's enqueue and enqueue_many is
+// written as the Go client writes the span context OpenTelemetry's W3C propagator reads
+// from the same two strings (version 00, the flags it keeps, the tracestate's members
+// re-joined), so a traced Go worker continues the Python producer's trace.
+func TestTraceContextAsGo(t *testing.T) {
+	needPython(t)
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	for _, tc := range []struct{ traceparent, tracestate string }{
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", ""},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03", "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"},
+		// a later version with a field more, flags beyond the two kept, spaces and an
+		// empty member in the tracestate
+		{"cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-ff-what-next", " rojo=x ,, a1@b=y\t"},
+	} {
+		tasks := []pyTask{{Queue: "mail", Function: "send", ID: "t1"}, {Queue: "jobs", Function: "f", ID: "t2", DelayMS: ms(60000)}}
+		goPrefix := redistest.Prefix(t) + "-go"
+		gc := client.New(rdb, client.Options{Prefix: goPrefix, Now: func() time.Time { return time.UnixMilli(now) }})
+		tctx := propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": tc.traceparent, "tracestate": tc.tracestate})
+		if !trace.SpanContextFromContext(tctx).IsValid() {
+			t.Fatalf("%q: the Go propagator reads no span context", tc.traceparent)
+		}
+		gts := []client.Task{tasks[0].goTask(), tasks[1].goTask()}
+		if _, err := gc.EnqueueMany(tctx, gts); err != nil {
+			t.Fatal(err)
+		}
+		want := dump(t, rdb, goPrefix)
+		if !strings.Contains(fmt.Sprint(want), "traceparent") {
+			t.Fatalf("the Go client wrote no trace context: %v", want)
+		}
+		for _, many := range []bool{true, false} {
+			pyPrefix := redistest.Prefix(t) + "-py"
+			var calls []pyCall
+			if many {
+				calls = []pyCall{{Op: "enqueue_many", Tasks: tasks, Traceparent: tc.traceparent, Tracestate: tc.tracestate}}
+			} else {
+				for i := range tasks {
+					calls = append(calls, pyCall{Op: "enqueue", Task: &tasks[i], Traceparent: tc.traceparent, Tracestate: tc.tracestate})
+				}
+			}
+			runPython(t, srv, pyPrefix, now, calls)
+			if got := dump(t, rdb, pyPrefix); !reflect.DeepEqual(got, want) {
+				for k, v := range want {
+					if got[k] != v {
+						t.Errorf("%q many=%v %s:\n python %s\n     go %s", tc.traceparent, many, k, got[k], v)
+					}
+				}
+			}
+		}
 	}
 }

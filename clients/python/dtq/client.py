@@ -80,6 +80,70 @@ def _invalid(msg: str) -> InvalidTask:
     return InvalidTask("invalid task: " + msg)
 
 
+_TRACEPARENT_WANT = "want 00-<32 hex trace id>-<16 hex span id>-<2 hex flags>"
+
+
+def _hexpart(s: str, n: int) -> Optional[int]:
+    """s as a number when it is n lower-case hex digits (W3C trace context), else None."""
+    if len(s) != n or any(ch not in "0123456789abcdef" for ch in s):
+        return None
+    return int(s, 16)
+
+
+def _ts_key_ok(key: str) -> bool:
+    def rest(k: str) -> bool:
+        return all(("a" <= ch <= "z") or ("0" <= ch <= "9") or ch in "_-*/" for ch in k)
+
+    tenant, at, system = key.partition("@")
+    if not at:
+        return 1 <= len(key) <= 256 and "a" <= key[0] <= "z" and rest(key[1:])
+    return (1 <= len(tenant) <= 241 and (("a" <= tenant[0] <= "z") or ("0" <= tenant[0] <= "9"))
+            and rest(tenant[1:]) and 1 <= len(system) <= 14 and "a" <= system[0] <= "z" and rest(system[1:]))
+
+
+def _ts_value_ok(val: str) -> bool:
+    if not 1 <= len(val) <= 256:
+        return False
+    ok = all("\x20" <= ch <= "\x7e" and ch not in ",=" for ch in val)
+    return ok and val[-1] != " "
+
+
+def trace_context(traceparent: Optional[str], tracestate: Optional[str]) -> Tuple[bytes, bytes]:
+    """The W3C trace context stored with the tasks of a call, written as the Go client
+    writes a span context (OpenTelemetry's propagation.TraceContext: version 00, the
+    sampled and random flags only, the tracestate's members re-joined); (b"", b"") when
+    there is no traceparent. Raises InvalidTask for a malformed traceparent or tracestate,
+    or a tracestate without a traceparent."""
+    if not traceparent:
+        if tracestate:
+            raise _invalid("tracestate needs a traceparent")
+        return b"", b""
+    parts = traceparent.split("-", 3)
+    if len(parts) != 4:
+        raise _invalid(f"traceparent is not a valid W3C traceparent: {_TRACEPARENT_WANT}")
+    flags_s, _, extra = parts[3].partition("-")
+    ver, tid, sid, flags = (_hexpart(parts[0], 2), _hexpart(parts[1], 32),
+                            _hexpart(parts[2], 16), _hexpart(flags_s, 2))
+    if (ver is None or ver > 254 or not tid or not sid or flags is None
+            or (ver == 0 and (flags > 3 or extra != ""))):
+        raise _invalid(f"traceparent is not a valid W3C traceparent: {_TRACEPARENT_WANT}")
+    # a later version may add fields after the flags; version 00 is what is written
+    tp = f"00-{parts[1]}-{parts[2]}-{flags & 3:02x}"
+    members: List[str] = []
+    seen: set[str] = set()
+    for m in (tracestate or "").split(","):
+        if m == "":
+            continue
+        key, eq, val = m.partition("=")
+        key, val = key.lstrip(" \t"), val.rstrip(" \t")
+        if not eq or not _ts_key_ok(key) or not _ts_value_ok(val) or key in seen or len(members) == 32:
+            raise _invalid("tracestate is not a valid W3C tracestate: want at most 32 key=value "
+                           "pairs separated by commas, each key once")
+        seen.add(key)
+        members.append(key + "=" + val)
+    return tp.encode(), ",".join(members).encode()
+
+
 @dataclass
 class Task:
     """A task to enqueue (client.Task).
@@ -325,17 +389,22 @@ class Client:
     def enqueue(self, queue: str, function: str, payload: Payload = b"", *, priority: int = 0,
                 delay: Optional[Seconds] = None, run_at: Optional[Union[datetime, int, float]] = None,
                 max_retries: Optional[int] = None, timeout: Optional[Seconds] = None,
-                unique: str = "", reuse_unique: bool = False, id: str = "") -> Result:
+                unique: str = "", reuse_unique: bool = False, id: str = "",
+                traceparent: Optional[str] = None, tracestate: Optional[str] = None) -> Result:
         """Create a task (client.Enqueue). With a unique key that is taken it creates
-        nothing and returns the holder's id with created False. Raises InvalidTask,
-        PayloadTooBig, TaskExists, DtqError (a script error), or redis-py's errors."""
+        nothing and returns the holder's id with created False. traceparent and
+        tracestate (W3C trace context, as OpenTelemetry's propagate.inject writes them)
+        are stored with the task, and a traced worker runs it as a span of that trace.
+        Raises InvalidTask, PayloadTooBig, TaskExists, DtqError (a script error), or
+        redis-py's errors."""
+        trace = trace_context(traceparent, tracestate)
         t = Task(queue=queue, function=function, payload=payload, priority=priority, delay=delay,
                  run_at=run_at, max_retries=max_retries, timeout=timeout, unique=unique,
                  reuse_unique=reuse_unique, id=id)
         now = self._now_ms()
         c = self._check(t, now)
         self._register(c.queue)
-        keys, args = self._enqueue_call(c.queue, now, [c])
+        keys, args = self._enqueue_call(c.queue, now, [c], trace)
         try:
             reply = _ENQUEUE.run(self._r, keys, args)
         except redis.ResponseError as e:
@@ -345,12 +414,16 @@ class Client:
             raise res.error
         return res
 
-    def enqueue_many(self, tasks: Iterable[Task]) -> List[Result]:
+    def enqueue_many(self, tasks: Iterable[Task], *, traceparent: Optional[str] = None,
+                     tracestate: Optional[str] = None) -> List[Result]:
         """Create many tasks in one pipelined round trip (client.EnqueueMany): the tasks
         of one queue go in batches of at most 100 tasks or 1 MiB of payload, one script
         call each, created in order and each atomically. Results are in the order of
         tasks; a task refused or whose batch failed has its error in Result.error (the
-        tasks before the failure in that batch may exist)."""
+        tasks before the failure in that batch may exist). traceparent and tracestate go
+        with every task, as in enqueue; a malformed one raises InvalidTask and creates
+        nothing."""
+        trace = trace_context(traceparent, tracestate)
         ts = list(tasks)
         out: List[Optional[Result]] = [None] * len(ts)
         now = self._now_ms()
@@ -387,7 +460,7 @@ class Client:
                 break
             p = self._r.pipeline(transaction=False)
             for b in batches:
-                keys, args = self._enqueue_call(b.queue, now, b.tasks)
+                keys, args = self._enqueue_call(b.queue, now, b.tasks, trace)
                 p.evalsha(_ENQUEUE.sha, len(keys), *keys, *args)
             replies = p.execute(raise_on_error=False)
             again: List[_Batch] = []
@@ -464,12 +537,16 @@ class Client:
                 b"%d" % timeout_ms, b"%d" % at, ukey, b"1" if t.reuse_unique else b"0"]
         return _Checked(queue=queue, args=args, size=len(payload))
 
-    def _enqueue_call(self, queue: str, now: int, tasks: Sequence[_Checked]) -> Tuple[List[bytes], List[bytes]]:
-        """The KEYS and ARGV of one enqueue.lua call (lua.Enqueue's enqueueKV)."""
+    def _enqueue_call(self, queue: str, now: int, tasks: Sequence[_Checked],
+                      trace: Tuple[bytes, bytes] = (b"", b"")) -> Tuple[List[bytes], List[bytes]]:
+        """The KEYS and ARGV of one enqueue.lua call (lua.Enqueue's enqueueKV): the trace
+        context, when there is one, after the last task."""
         k = _Keys(self._prefix, queue)
         args = [_raw(queue), _go.GROUP.encode(), b"%d" % now]
         for c in tasks:
             args.extend(c.args)
+        if trace[0]:
+            args.extend(trace)
         return k.enqueue_keys(), args
 
     def _register(self, queue: str) -> None:

@@ -4,7 +4,8 @@ call on stdout.
 
 Request: {"port": N, "prefix": "...", "now_ms": N or null, "calls": [call, ...]} where a
 call is {"op": "enqueue", "task": T}, {"op": "enqueue_many", "tasks": [T, ...]},
-{"op": "get", "queue": Q, "id": ID} or {"op": "cancel", "queue": Q, "id": ID}; T has
+{"op": "get", "queue": Q, "id": ID} or {"op": "cancel", "queue": Q, "id": ID} (the two
+enqueue calls may carry "traceparent" and "tracestate"); T has
 queue, function, payload_hex, priority, delay_ms, run_at_ms, timeout_ms, max_retries,
 unique, reuse_unique, id (all but queue and function optional). Bytes travel as hex.
 """
@@ -63,10 +64,13 @@ def main() -> None:
                 t = task(call["task"])
                 r = c.enqueue(t.queue, t.function, t.payload, priority=t.priority, delay=t.delay,
                               run_at=t.run_at, max_retries=t.max_retries, timeout=t.timeout,
-                              unique=t.unique, reuse_unique=t.reuse_unique, id=t.id)
+                              unique=t.unique, reuse_unique=t.reuse_unique, id=t.id,
+                              traceparent=call.get("traceparent"), tracestate=call.get("tracestate"))
                 out.append(result(r))
             elif op == "enqueue_many":
-                out.append([result(r) for r in c.enqueue_many([task(t) for t in call["tasks"]])])
+                rs = c.enqueue_many([task(t) for t in call["tasks"]], traceparent=call.get("traceparent"),
+                                    tracestate=call.get("tracestate"))
+                out.append([result(r) for r in rs])
             elif op == "get":
                 out.append(info(c.get(call["queue"], call["id"])))
             elif op == "cancel":

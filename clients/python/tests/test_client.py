@@ -448,3 +448,45 @@ def test_readme_example(server) -> None:  # type: ignore[no-untyped-def]
     assert isinstance(rs, list) and len(rs) == 2 and all(x.created for x in rs)
     got = env["c"].get("emails", env["r"].id)  # type: ignore[attr-defined]
     assert got.status == dtq.CANCELLED and got.unique == "welcome:42"
+
+
+# -- trace context ----------------------------------------------------------------
+
+TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_trace_context_stored_with_every_task(client: dtq.Client, rdb: "redis.Redis[bytes]", prefix: str) -> None:
+    r = client.enqueue("q", "f", traceparent=TP, tracestate="rojo=00f067aa0ba902b7")
+    rs = client.enqueue_many([dtq.Task(queue="q", function="f"), dtq.Task(queue="p", function="f")],
+                             traceparent=TP)
+    for q, id, ts in [("q", r.id, b"rojo=00f067aa0ba902b7"), ("q", rs[0].id, None), ("p", rs[1].id, None)]:
+        h = rdb.hgetall(f"{prefix}:{{{q}}}:t:{id}")
+        assert h[b"traceparent"] == TP.encode()
+        assert h.get(b"tracestate") == ts
+    plain = client.enqueue("q", "f")
+    assert b"traceparent" not in rdb.hgetall(f"{prefix}:{{q}}:t:{plain.id}")
+
+
+@pytest.mark.parametrize("tp,ts,msg", [
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7", None, "traceparent is not a valid W3C traceparent"),
+    ("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", None, "traceparent is not a valid W3C traceparent"),
+    ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", None, "traceparent is not a valid W3C traceparent"),
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", None, "traceparent is not a valid W3C traceparent"),
+    ("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", None, "traceparent is not a valid W3C traceparent"),
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-04", None, "traceparent is not a valid W3C traceparent"),
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x", None, "traceparent is not a valid W3C traceparent"),
+    ("garbage", None, "traceparent is not a valid W3C traceparent"),
+    (TP, "Rojo=1", "tracestate is not a valid W3C tracestate"),
+    (TP, "rojo=1,rojo=2", "tracestate is not a valid W3C tracestate"),
+    (TP, "rojo", "tracestate is not a valid W3C tracestate"),
+    (TP, "rojo=a,b", "tracestate is not a valid W3C tracestate"),
+    (TP, ",".join(f"k{i}=v" for i in range(33)), "tracestate is not a valid W3C tracestate"),
+    (None, "rojo=1", "tracestate needs a traceparent"),
+])
+def test_bad_trace_context_refused_nothing_written(client: dtq.Client, rdb: "redis.Redis[bytes]", prefix: str,
+                                                   tp: str, ts: str, msg: str) -> None:
+    with pytest.raises(dtq.InvalidTask, match=msg):
+        client.enqueue("q", "f", traceparent=tp, tracestate=ts)
+    with pytest.raises(dtq.InvalidTask, match=msg):
+        client.enqueue_many([dtq.Task(queue="q", function="f")], traceparent=tp, tracestate=ts)
+    assert rdb.keys(prefix + "*") == []
