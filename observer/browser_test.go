@@ -182,10 +182,22 @@ func (tb *tab) waitText(sel, want string) {
 	tb.waitFor(fmt.Sprintf("%s to say %q", sel, want), func() bool { return strings.Contains(tb.text(sel), want) })
 }
 
-// click clicks the first element sel matches, once it is there and enabled.
+// click clicks the first element sel matches, once it is there and enabled. A page
+// that re-renders between the lookup and the click (a refresh swapping the rows) leaves
+// the node found stale: the click is tried again on the element that replaced it.
 func (tb *tab) click(sel string) {
 	tb.t.Helper()
-	tb.do("click "+sel, chromedp.WaitEnabled(chromedp.CSS(sel)), chromedp.Click(chromedp.CSS(sel)))
+	for try := 0; ; try++ {
+		ctx, cancel := context.WithTimeout(tb.ctx, 30*time.Second)
+		err := chromedp.Do(ctx, chromedp.WaitEnabled(chromedp.CSS(sel)), chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		if err == nil {
+			return
+		}
+		if try == 4 || !strings.Contains(err.Error(), "Could not find node with given id") {
+			tb.t.Fatalf("click %s: %v", sel, err)
+		}
+	}
 }
 
 // useToken types tok in the token field and submits it with the keyboard.
