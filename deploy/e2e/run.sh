@@ -85,3 +85,64 @@ for i in $(seq "$wakes"); do
   sleep 1
 done
 sort -n "$dir/wakes" | awk '{a[NR]=$1} END {printf "0 -> 1 by push over %d wakes (dtq enqueue exec to spec.replicas 1): p50 %d ms, p90 %d ms, max %d ms\n", NR, a[int((NR+1)/2)], a[int(NR*0.9+0.5)], a[NR]}'
+
+# 1 → N: a runner follows spec.replicas as a kubelet would, starting `dtq worker`
+# processes with the Deployment's settings and SIGTERMing the newest when it shrinks; a
+# burst of long tasks at zero replicas wakes the Deployment by push, and the HPA, fed by
+# dtq's metric through KEDA's adapter, raises it to what targetPerReplica implies.
+burst=${E2E_BURST:-64} target=16
+runner() {
+  local -a pids=()
+  local want n=0 seq=0
+  while :; do
+    want=$(tail -1 "$dir/replicas.log" | awk '{print $2}')
+    want=${want:-0}
+    while [ "$n" -lt "$want" ]; do
+      seq=$((seq + 1))
+      DTQ_WORKER_ID=e2e-w$seq DTQ_QUEUES=default DTQ_WORKER_CONCURRENCY=16 DTQ_VISIBILITY_TIMEOUT_S=30 \
+        DTQ_HEARTBEAT_INTERVAL_S=5 DTQ_DRAIN_TIMEOUT_S=30 PORT=0 DTQ_LOG_LEVEL=warn \
+        "$dir/bin/dtq" worker >"$dir/logs/worker-$seq.log" 2>&1 &
+      pids[n]=$!
+      echo $! >"$dir/pids/worker-$seq"
+      echo "$(date +%s%3N) start $seq" >>"$dir/runner.log"
+      n=$((n + 1))
+    done
+    while [ "$n" -gt "$want" ]; do
+      n=$((n - 1))
+      kill -TERM "${pids[n]}" 2>/dev/null || true
+      echo "$(date +%s%3N) stop" >>"$dir/runner.log"
+    done
+    sleep 0.05
+  done
+}
+runner &
+echo $! >"$dir/pids/runner"
+want_n=$(((burst + target - 1) / target))
+say "1 → N: $burst tasks of 4 s at zero replicas (targetPerReplica $target: N = $want_n)"
+t0=$(ms)
+for i in $(seq "$burst"); do
+  "$dir/bin/dtq" enqueue --queue default --function sleep --payload '{"ms":4000}' >/dev/null
+done
+t_enq=$(ms)
+tn=
+until [ -n "$tn" ]; do
+  tn=$(awk -v t0="$t0" -v n="$want_n" '$1 >= t0 && $2 >= n {print $1; exit}' "$dir/replicas.log")
+  [ $(($(ms) - t0)) -lt 60000 ] || { say "replicas $(replicas) a minute after the burst, want $want_n"; exit 1; }
+  [ -n "$tn" ] || sleep 0.05
+done
+t1=$(awk -v t0="$t0" '$1 >= t0 && $2 >= 1 {print $1; exit}' "$dir/replicas.log")
+say "1 → N: the burst enqueued in $((t_enq - t0)) ms; replicas 1 after $((t1 - t0)) ms, $want_n after $((tn - t0)) ms"
+# every task runs once: wait for the queue to drain, then count what succeeded
+statuses() {
+  redis-cli -p "$redis_port" --scan --pattern 'e2e:{default}:t:*' | while read -r key; do echo "HGET $key status"; done \
+    | redis-cli -p "$redis_port" | sort | uniq -c | tr '\n' ' '
+}
+until [ "$(statuses)" = "     $burst succeeded " ]; do
+  [ $(($(ms) - t0)) -lt 120000 ] || { say "tasks not all succeeded two minutes after the burst"; exit 1; }
+  sleep 0.5
+done
+attempts=$(redis-cli -p "$redis_port" --scan --pattern 'e2e:{default}:t:*' | while read -r key; do echo "HGET $key attempt"; done \
+  | redis-cli -p "$redis_port" | sort | uniq -c | tr '\n' ' ')
+[ "$attempts" = "     $burst 1 " ] || { say "attempts of the burst's tasks: $attempts (want every one 1)"; exit 1; }
+say "the burst's $burst tasks all succeeded, each at its first attempt, $(($(ms) - t0)) ms after it began; peak replicas $(awk -v t0="$t0" '$1 >= t0 && $2 > m {m=$2} END {print m}' "$dir/replicas.log"), workers started $(grep -c start "$dir/runner.log")"
+awk '{print}' "$dir/replicas.log" >"$dir/logs/replicas.log"
