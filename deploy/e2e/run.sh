@@ -183,3 +183,29 @@ handed=$(cat "$dir"/logs/worker-*.log | grep -c 'handed back' || true)
 say "N → 0: the $burst tasks all succeeded $((t_done - t2)) ms after the burst began, each at its first attempt; $stopped workers SIGTERMed on the way ($handed hand-backs logged); replicas 0 $((tz - t_done)) ms after the last task ended"
 awk -v t0="$t2" '$1 >= t0 {printf "%s%s@%d", sep, $2, $1 - t0; sep=" → "} END {print ""}' "$dir/replicas.log" \
   | sed 's/^/replicas since the second burst (count@ms): /' >&2
+
+# A delayed task at zero replicas: with scheduledLead the Deployment is woken that long
+# before the task falls due (no worker runs to move it, so the scaler's timer must). The
+# trigger's lead is set on the live object (the manifest leaves the 0 s default).
+lead_ms=2000 delay_ms=6000
+k -n dtq patch scaledobject dtq-worker --type json \
+  -p '[{"op":"add","path":"/spec/triggers/0/metadata/scheduledLead","value":"2s"}]' >/dev/null
+for _ in $(seq 600); do [ "$(replicas)" = 0 ] && break; sleep 0.1; done
+sleep 2 # KEDA rebuilds the trigger's scaler and reopens its push stream
+t3=$(ms)
+id=$("$dir/bin/dtq" enqueue --queue default --function noop --delay "${delay_ms}ms")
+due=$((t3 + delay_ms))
+tw=
+until [ -n "$tw" ]; do
+  tw=$(awk -v t0="$t3" '$1 >= t0 && $2 >= 1 {print $1; exit}' "$dir/replicas.log")
+  [ $(($(ms) - t3)) -lt 30000 ] || { say "delayed task: replicas $(replicas) 30 s after its enqueue"; exit 1; }
+  [ -n "$tw" ] || sleep 0.05
+done
+early=$((due - tw))
+[ "$early" -ge $((lead_ms - 500)) ] && [ "$early" -le $((lead_ms + 500)) ] \
+  || { say "delayed task: woken $early ms before it fell due, want about $lead_ms"; exit 1; }
+until [ "$(redis-cli -p "$redis_port" hget "e2e:{default}:t:$id" status)" = succeeded ]; do
+  [ $(($(ms) - t3)) -lt 60000 ] || { say "the delayed task did not succeed"; exit 1; }
+  sleep 0.1
+done
+say "delayed task at zero replicas: replicas 1 $early ms before it fell due (scheduledLead ${lead_ms} ms); it succeeded at attempt $(redis-cli -p "$redis_port" hget "e2e:{default}:t:$id" attempt)"
