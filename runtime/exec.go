@@ -48,15 +48,7 @@ var ErrCancelled = errors.New("task cancelled")
 // cancelRequested stops e's function, once: its context ends with ErrCancelled. Called
 // from the heartbeat; the executor checks the flag after publishing its context, so a
 // request that comes before the function starts stops it too.
-func (e *execution) cancelRequested() bool {
-	if !e.cancelReq.CompareAndSwap(false, true) {
-		return false
-	}
-	if c := e.tctx.Load(); c != nil {
-		c.cancelTask(ErrCancelled)
-	}
-	return true
-}
+func (e *execution) cancelRequested() bool { return e.stop(&e.cancelReq, ErrCancelled) }
 
 // ErrLost is the cause (context.Cause) of a function's context ended because its task
 // is no longer this execution's: a peer took it over after this worker looked silent
@@ -68,12 +60,17 @@ var ErrLost = errors.New("task taken over by a peer: this execution is fenced of
 
 // lost stops e's function, once: its context ends with ErrLost. Called from the
 // heartbeat; the executor checks the flag after publishing its context.
-func (e *execution) lost() bool {
-	if !e.lostReq.CompareAndSwap(false, true) {
+func (e *execution) lost() bool { return e.stop(&e.lostReq, ErrLost) }
+
+// stop sets flag, once, and ends the running function's context with cause; false when
+// flag was set already. The executor reads the flags after publishing the context
+// (execute), so a stop that comes before the function starts ends it too.
+func (e *execution) stop(flag *atomic.Bool, cause error) bool {
+	if !flag.CompareAndSwap(false, true) {
 		return false
 	}
 	if c := e.tctx.Load(); c != nil {
-		c.cancelTask(ErrLost)
+		c.cancelTask(cause)
 	}
 	return true
 }
