@@ -133,16 +133,17 @@ done
 t1=$(awk -v t0="$t0" '$1 >= t0 && $2 >= 1 {print $1; exit}' "$dir/replicas.log")
 say "1 → N: the burst enqueued in $((t_enq - t0)) ms; replicas 1 after $((t1 - t0)) ms, $want_n after $((tn - t0)) ms"
 # every task runs once: wait for the queue to drain, then count what succeeded
-statuses() {
-  redis-cli -p "$redis_port" --scan --pattern 'e2e:{default}:t:*' | while read -r key; do echo "HGET $key status"; done \
+# tally FIELD: how many of the queue's tasks hold each value of FIELD ("64 succeeded")
+tally() {
+  redis-cli -p "$redis_port" --scan --pattern 'e2e:{default}:t:*' | while read -r key; do echo "HGET $key $1"; done \
     | redis-cli -p "$redis_port" | sort | uniq -c | awk '{printf "%s%s %s", sep, $1, $2; sep=", "}'
 }
+statuses() { tally status; }
 until [ "$(statuses)" = "$burst succeeded" ]; do
   [ $(($(ms) - t0)) -lt 120000 ] || { say "tasks not all succeeded two minutes after the burst"; exit 1; }
   sleep 0.5
 done
-attempts=$(redis-cli -p "$redis_port" --scan --pattern 'e2e:{default}:t:*' | while read -r key; do echo "HGET $key attempt"; done \
-  | redis-cli -p "$redis_port" | sort | uniq -c | awk '{printf "%s%s %s", sep, $1, $2; sep=", "}')
+attempts=$(tally attempt)
 [ "$attempts" = "$burst 1" ] || { say "attempts of the burst's tasks: $attempts (want every one 1)"; exit 1; }
 say "the burst's $burst tasks all succeeded, each at its first attempt, $(($(ms) - t0)) ms after it began; peak replicas $(awk -v t0="$t0" '$1 >= t0 && $2 > m {m=$2} END {print m}' "$dir/replicas.log"), workers started $(grep -c start "$dir/runner.log")"
 awk '{print}' "$dir/replicas.log" >"$dir/logs/replicas.log"
@@ -175,8 +176,7 @@ until [ -n "$tz" ]; do
   [ $(($(ms) - t_done)) -lt 120000 ] || { say "replicas $(replicas) two minutes after the last task ended"; exit 1; }
   [ -n "$tz" ] || sleep 0.2
 done
-attempts=$(redis-cli -p "$redis_port" --scan --pattern 'e2e:{default}:t:*' | while read -r key; do echo "HGET $key attempt"; done \
-  | redis-cli -p "$redis_port" | sort | uniq -c | awk '{printf "%s%s %s", sep, $1, $2; sep=", "}')
+attempts=$(tally attempt)
 [ "$attempts" = "$total 1" ] || { say "attempts: $attempts (want every one 1)"; exit 1; }
 stopped=$(($(grep -c stop "$dir/runner.log") - stops_before))
 handed=$(cat "$dir"/logs/worker-*.log | grep -c 'handed back' || true)
