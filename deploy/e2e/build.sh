@@ -76,24 +76,25 @@ if [ -n "$kube_missing" ]; then
        done)
 fi
 
-# KEDA: the operator and the metrics adapter, with KEDA's own replace and exclude.
-# (DTQ_E2E_NO_KEDA=1: not built, for a run of the Kubernetes part alone.)
-if [ "${DTQ_E2E_NO_KEDA:-}" != 1 ] && { [ ! -x "$bin/keda-operator-$KEDA_VERSION" ] || [ ! -x "$bin/keda-adapter-$KEDA_VERSION" ]; }; then
-  say "KEDA operator and adapter $KEDA_VERSION"
-  wrapper keda dtq-e2e/keda
-  gomod=$(go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
-  {
-    printf '\nrequire github.com/kedacore/keda/v2 %s\n\n' "$KEDA_VERSION"
-    grep -E '^(replace|exclude) ' "$gomod"
-  } >>"$src/keda/go.mod"
-  (cd "$src/keda" \
-    && go get "github.com/kedacore/keda/v2/cmd/operator@$KEDA_VERSION" "github.com/kedacore/keda/v2/cmd/adapter@$KEDA_VERSION" \
-    && go build -trimpath -o "$bin/keda-operator-$KEDA_VERSION.tmp" github.com/kedacore/keda/v2/cmd/operator \
-    && mv "$bin/keda-operator-$KEDA_VERSION.tmp" "$bin/keda-operator-$KEDA_VERSION" \
-    && go build -trimpath -o "$bin/keda-adapter-$KEDA_VERSION.tmp" github.com/kedacore/keda/v2/cmd/adapter \
-    && mv "$bin/keda-adapter-$KEDA_VERSION.tmp" "$bin/keda-adapter-$KEDA_VERSION")
+# KEDA: the operator, the metrics adapter and the admission webhooks, built as tools of
+# scaler/kedacompat (its go.mod names them), so with the same module versions, cgo
+# setting and paths as the compatibility tests: KEDA's pkg/scalers, the slow part, is
+# compiled once for both. (DTQ_E2E_NO_KEDA=1: not built, for a run of the Kubernetes
+# part alone.)
+keda_bins="keda-operator keda-adapter keda-webhooks"
+keda_missing=
+for c in $keda_bins; do [ -x "$bin/$c-$KEDA_VERSION" ] || keda_missing=1; done
+if [ "${DTQ_E2E_NO_KEDA:-}" != 1 ] && [ -n "$keda_missing" ]; then
+  kc=$(cd "$(dirname "$0")/../../scaler/kedacompat" && pwd)
+  grep -q "github.com/kedacore/keda/v2 $KEDA_VERSION" "$kc/go.mod" \
+    || { say "scaler/kedacompat/go.mod does not require KEDA $KEDA_VERSION"; exit 1; }
+  say "KEDA operator, adapter and webhooks $KEDA_VERSION (tools of scaler/kedacompat)"
+  for c in operator adapter webhooks; do
+    (cd "$kc" && env -u CGO_ENABLED -u GOFLAGS go build -o "$bin/keda-$c-$KEDA_VERSION.tmp" "github.com/kedacore/keda/v2/cmd/$c")
+    mv "$bin/keda-$c-$KEDA_VERSION.tmp" "$bin/keda-$c-$KEDA_VERSION"
+  done
 fi
 
-for c in "etcd-$ETCD_VERSION" "kube-apiserver-$K8S_VERSION" "kube-controller-manager-$K8S_VERSION" "kubectl-$K8S_VERSION" "keda-operator-$KEDA_VERSION" "keda-adapter-$KEDA_VERSION"; do
+for c in "etcd-$ETCD_VERSION" "kube-apiserver-$K8S_VERSION" "kube-controller-manager-$K8S_VERSION" "kubectl-$K8S_VERSION" "keda-operator-$KEDA_VERSION" "keda-adapter-$KEDA_VERSION" "keda-webhooks-$KEDA_VERSION"; do
   echo "$bin/$c"
 done
