@@ -23,13 +23,14 @@ down() {
   for f in "$dir"/pids/*; do
     [ -f "$f" ] || continue
     pid=$(cat "$f")
-    kill "$pid" 2>/dev/null || true
+    # a process group of its own (run.sh's background parts) is stopped whole
+    kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
   done
   for f in "$dir"/pids/*; do
     [ -f "$f" ] || continue
     pid=$(cat "$f")
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
+    kill -9 -- "-$pid" 2>/dev/null || kill -9 "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     rm -f "$f"
   done
@@ -159,8 +160,9 @@ fi
 # serving certificate in its cert dir) and the metrics adapter, registered as the
 # external.metrics.k8s.io APIService through a Service of type ExternalName localhost
 # (no kube-proxy: the aggregator dials the name).
-keda_op=${bins[4]} keda_ad=${bins[5]}
+keda_op=${bins[4]} keda_ad=${bins[5]} keda_wh=${bins[6]}
 op_metrics=$((base + 4)) op_probe=$((base + 5)) op_grpc=$((base + 6)) ad_port=$((base + 7)) ad_http=$((base + 8))
+wh_port=$((base + 9)) wh_metrics=$((base + 13)) wh_probe=$((base + 14))
 mkdir -p "$dir/keda-certs"
 cp "$pki/ca.crt" "$dir/keda-certs/ca.crt"
 cp "$pki/serving.crt" "$dir/keda-certs/tls.crt"
@@ -208,4 +210,30 @@ for _ in $(seq 600); do
 done
 [ -n "$ok" ] || { say "external.metrics.k8s.io not served; the adapter's log:"; tail -20 "$dir/logs/keda-adapter.log" >&2; exit 1; }
 say "external.metrics.k8s.io served through the aggregator"
+
+# KEDA's admission webhooks, registered from KEDA's own configuration with the service
+# reference turned into a URL on loopback and failurePolicy Fail (KEDA ships Ignore: an
+# unreachable webhook would then let every object through unchecked).
+say "KEDA admission webhooks on localhost:$wh_port"
+start keda-webhooks env KUBECONFIG="$kubeconfig" KEDA_CLUSTER_OBJECT_NAMESPACE=keda POD_NAMESPACE=keda WATCH_NAMESPACE= \
+  "$keda_wh" --port "$wh_port" --cert-dir "$dir/keda-certs" \
+  --metrics-bind-address "127.0.0.1:$wh_metrics" --health-probe-bind-address "127.0.0.1:$wh_probe" --zap-log-level=info
+ok=
+for _ in $(seq 600); do
+  if curl -sf "http://127.0.0.1:$wh_probe/readyz" >/dev/null 2>&1; then ok=1; break; fi
+  kill -0 "$(cat "$dir/pids/keda-webhooks")" 2>/dev/null || break
+  sleep 0.1
+done
+[ -n "$ok" ] || { say "KEDA's webhooks not ready; their log:"; tail -20 "$dir/logs/keda-webhooks.log" >&2; exit 1; }
+ca_bundle=$(base64 -w0 "$pki/ca.crt")
+awk -v port="$wh_port" -v ca="$ca_bundle" '
+  /^    service:$/ {svc = 1; next}
+  svc && /^      (name|namespace):/ {next}
+  svc && /^      path:/ {print "    url: https://localhost:" port $2; print "    caBundle: " ca; svc = 0; next}
+  /^  failurePolicy: Ignore$/ {print "  failurePolicy: Fail"; next}
+  {print}' "$keda_dir/config/webhooks/validation_webhooks.yaml" >"$dir/keda-webhooks.yaml"
+[ "$(grep -c "url: https://localhost:$wh_port/validate-" "$dir/keda-webhooks.yaml")" -ge 6 ] \
+  || { say "KEDA's webhook configuration did not take the loopback URLs: $dir/keda-webhooks.yaml"; exit 1; }
+"$kubectl" --kubeconfig "$kubeconfig" apply -f "$dir/keda-webhooks.yaml" >>"$dir/logs/keda-objects.log"
+say "KEDA's ValidatingWebhookConfiguration registered (failurePolicy Fail)"
 say "up: KUBECONFIG=$kubeconfig"
