@@ -1,211 +1,527 @@
 #!/usr/bin/env bash
-# The end-to-end scaling test: dtq's scaler driven by the real KEDA operator and metrics
-# adapter, against a real kube-apiserver and the HPA controller (controlplane.sh), all as
-# local processes built from their Go modules (build.sh; cold, about 15 min on two cores).
+# The end-to-end scaling test: dtq's scaler driven by the real KEDA operator, metrics
+# adapter and admission webhooks, against a real kube-apiserver and the HPA controller
+# (controlplane.sh), all local processes built from their Go modules (build.sh).
 #
-#   deploy/e2e/run.sh
+#   deploy/e2e/run.sh                          # every scenario; figures on stderr
+#   E2E_TIMELINE=docs/e2e-timeline.svg deploy/e2e/run.sh   # also draw the replica timeline
 #
-# What it runs now:
-#   1. deploy/kubernetes/keda is applied as written, apart from the image and the scaler
-#      address (dtq-scaler runs on loopback): the apiserver accepts every object;
-#   2. the ScaledObject becomes Ready (KEDA reached the scaler) and KEDA creates its HPA;
-#   3. 0 → 1 by push: N times, a task enqueued at zero replicas, and the time until the
-#      Deployment's spec.replicas is 1 (the test then sets it back to 0 and waits until
-#      the scaler sees the queue empty again).
-# It stops every process it started, on success or failure.
+# Scenarios, in order (README.md says what each checks):
+#   apply      deploy/kubernetes/keda as written (image and scaler address replaced),
+#              every object accepted with KEDA's webhooks failing closed; a second
+#              ScaledObject for the same Deployment refused by them
+#   wake       0 → 1 by push, E2E_WAKES times; the first E2E_POLLED_WAKES beside KEDA's
+#              built-in redis-streams trigger at its default polling interval
+#   burst      1 → N: E2E_BURST tasks at zero replicas, then urgent ones (bandTargets)
+#   drain      N → 0 with work in flight, the runner SIGTERMing workers mid-task
+#   delayed    a delayed task at zero replicas wakes the Deployment scheduledLead early
+#   cron       a cron tick at zero replicas, the same
+#   restart    the scaler killed and restarted at zero replicas with a task waiting
+#   job        deploy/kubernetes/keda-job: one Job per task
+#
+# No kubelet: a runner follows the Deployment's spec.replicas as a kubelet and the
+# deployment controller would, starting `dtq worker` processes with the pod template's
+# environment (podenv.jq), SIGTERMing the newest as it shrinks and SIGKILLing after
+# terminationGracePeriodSeconds, and writing the Deployment's status. It stops every
+# process it started, on success or failure; the logs are kept on failure.
 set -euo pipefail
+# job control: each background part runs in a process group of its own, which
+# controlplane.sh down stops whole (a watch is kubectl piped into a loop)
+set -m
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-wakes=${E2E_WAKES:-5}
+wakes=${E2E_WAKES:-20} polled_wakes=${E2E_POLLED_WAKES:-3} burst=${E2E_BURST:-64}
+ns=dtq
 
 dir=$(mktemp -d /tmp/dtq-e2e.XXXXXX)
+say() { printf '%s e2e: %s\n' "$(date -u +%H:%M:%S.%3N)" "$*" >&2; }
+fail() { say "FAIL: $*"; exit 1; }
+ms() { date +%s%3N; }
 cleanup() {
   st=$?
   "$here/controlplane.sh" down "$dir" || true
   if [ $st = 0 ]; then rm -rf "$dir"; else say "failed: logs kept in $dir/logs"; fi
 }
 trap cleanup EXIT
-say() { printf '%s e2e: %s\n' "$(date -u +%H:%M:%S.%3N)" "$*" >&2; }
 
 "$here/controlplane.sh" up "$dir"
 mapfile -t bins < <("$here/build.sh")
 kubectl=${bins[3]}
 k() { "$kubectl" --kubeconfig "$dir/kubeconfig" "$@"; }
+# bg NAME CMD...: a background process that controlplane.sh down stops with the rest
+bg() {
+  local name=$1
+  shift
+  "$@" &
+  echo $! >"$dir/pids/$name"
+  disown $! # no job notice when down stops it
+}
 
-# dtq's own parts: a redis-server and the scaler on loopback, ports from the same base
+# dtq's own parts on loopback, ports from the same base as the control plane's
 base=${E2E_PORT_BASE:-27400}
 redis_port=$((base + 10)) scaler_port=$((base + 11)) scaler_http=$((base + 12))
 mkdir -p "$dir/bin"
+# as in the image: `dtq scaler` runs the dtq-scaler binary beside it
 (cd "$root" && CGO_ENABLED=0 go build -o "$dir/bin/" ./cmd/dtq ./cmd/dtq-scaler)
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >"$dir/logs/redis.log" 2>&1 &
-echo $! >"$dir/pids/redis"
+bg redis redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --logfile "$dir/logs/redis.log"
 for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.05; done
-export DTQ_REDIS_URL=redis://127.0.0.1:$redis_port/0 DTQ_KEY_PREFIX=e2e
-DTQ_SCALER_ADDR=127.0.0.1:$scaler_port PORT=$scaler_http DTQ_LOG_LEVEL=warn "$dir/bin/dtq-scaler" >"$dir/logs/dtq-scaler.log" 2>&1 &
-echo $! >"$dir/pids/dtq-scaler"
+rc() { redis-cli -p "$redis_port" "$@"; }
 
+# ---- apply -----------------------------------------------------------------------
 say "deploy/kubernetes/keda, the scaler address on loopback"
 k kustomize "$root/deploy/kubernetes/keda" \
   | sed -e "s#scalerAddress: .*#scalerAddress: 127.0.0.1:$scaler_port#" -e 's#image: registry.example.com/dtq:latest#image: dtq:e2e#' \
   >"$dir/keda.yaml"
 k apply --server-side -f "$dir/keda.yaml" >"$dir/logs/apply.log"
-# the Secret the base asks to be created before applying (KEDA resolves the target's env)
-k -n dtq create secret generic dtq-redis --from-literal=DTQ_REDIS_URL="$DTQ_REDIS_URL" >/dev/null
-say "applied: $(grep -c serverside-applied "$dir/logs/apply.log") objects accepted"
-k -n dtq scale deployment/dtq-worker --replicas 0 >/dev/null
-k -n dtq wait scaledobject/dtq-worker --for condition=Ready --timeout 120s >/dev/null
-say "ScaledObject Ready"
-for _ in $(seq 600); do k -n dtq get hpa dtq-worker >/dev/null 2>&1 && break; sleep 0.1; done
-k -n dtq get hpa dtq-worker -o jsonpath='{.spec.metrics[*].external.metric.name}{"\n"}' >"$dir/hpa-metrics"
-say "HPA created with metrics: $(cat "$dir/hpa-metrics")"
+# the Secret the base asks to be created before applying
+export DTQ_REDIS_URL=redis://127.0.0.1:$redis_port/0
+k -n $ns create secret generic dtq-redis --from-literal=DTQ_REDIS_URL="$DTQ_REDIS_URL" >/dev/null
+say "applied with KEDA's webhooks failing closed: $(grep -c serverside-applied "$dir/logs/apply.log") objects accepted"
+# KEDA's webhooks did look: a second ScaledObject for the same Deployment is refused
+k -n $ns get scaledobject dtq-worker -o json \
+  | jq '.metadata = {name: "dtq-worker-again", namespace: .metadata.namespace} | del(.status)' >"$dir/so-again.json"
+if k apply -f "$dir/so-again.json" >"$dir/logs/so-again.log" 2>&1; then fail "KEDA's webhooks accepted a second ScaledObject for dtq-worker"; fi
+grep -q 'denied the request' "$dir/logs/so-again.log" || fail "a second ScaledObject failed otherwise: $(cat "$dir/logs/so-again.log")"
+say "a second ScaledObject for dtq-worker refused: $(sed -n 's/.*denied the request: //p' "$dir/logs/so-again.log" | head -c 160)"
 
-replicas() { k -n dtq get deployment dtq-worker -o jsonpath='{.spec.replicas}'; }
-ms() { date +%s%3N; }
-# A watch stamps each change of spec.replicas as the apiserver reports it ("MS N" lines):
-# a kubectl call per poll would cost ~70 ms of granularity.
-k -n dtq get deployment dtq-worker --watch -o jsonpath='{.spec.replicas}{"\n"}' \
-  | while read -r n; do echo "$(date +%s%3N) $n"; done >"$dir/replicas.log" &
-echo $! >"$dir/pids/watch"
-: >"$dir/wakes"
+# podenv KIND NAME POD [PATH]: the environment of the pod template at PATH (dotted;
+# default spec.template.spec) of KIND/NAME for a pod named POD, a NAME=VALUE a line
+podenv() {
+  jq -n --argjson obj "$(k -n $ns get "$1" "$2" -o json)" \
+    --argjson cms "$(k -n $ns get configmaps -o json)" --argjson secrets "$(k -n $ns get secrets -o json)" \
+    --arg name "$3" --arg namespace $ns --arg path "${4:-spec.template.spec}" \
+    '{pod: ($obj | getpath($path | split("."))), name: $name, namespace: $namespace,
+      configmaps: ([$cms.items[] | {(.metadata.name): (.data // {})}] | add // {}),
+      secrets: ([$secrets.items[] | {(.metadata.name): (.data // {})}] | add // {})}' \
+    | jq -r -f "$here/podenv.jq" 2>"$dir/logs/podenv.err" || fail "podenv $1/$2: $(cat "$dir/logs/podenv.err")"
+}
+
+# The scaler as its Deployment in the base says, its listen addresses on loopback (a pod
+# has its own network namespace; these processes share one).
+prefix=$(k -n $ns get configmap dtq-config -o jsonpath='{.data.DTQ_KEY_PREFIX}')
+export DTQ_KEY_PREFIX=$prefix
+scaler_env=$(podenv deployment dtq-scaler dtq-scaler-e2e)
+mapfile -t scaler_env <<<"$scaler_env"
+start_scaler() {
+  bg dtq-scaler env -i PATH="$PATH" "${scaler_env[@]}" DTQ_SCALER_ADDR=127.0.0.1:$scaler_port PORT=$scaler_http \
+    "$dir/bin/dtq" scaler >>"$dir/logs/dtq-scaler.log" 2>&1
+}
+start_scaler
+k -n $ns scale deployment/dtq-worker --replicas 0 >/dev/null
+k -n $ns wait scaledobject/dtq-worker --for condition=Ready --timeout 120s >/dev/null
+say "ScaledObject Ready (the scaler: key prefix $prefix, as the ConfigMap says)"
+for _ in $(seq 600); do k -n $ns get hpa dtq-worker >/dev/null 2>&1 && break; sleep 0.1; done
+say "HPA created with metrics: $(k -n $ns get hpa dtq-worker -o jsonpath='{.spec.metrics[*].external.metric.name}')"
+
+# A watch stamps each change of a Deployment's spec.replicas as the apiserver reports it
+# ("MS N" lines): a kubectl call per poll would cost ~70 ms of granularity.
+watch_replicas() { # DEPLOYMENT LOG
+  bg "watch-$1" bash -c "'$kubectl' --kubeconfig '$dir/kubeconfig' -n $ns get deployment '$1' --watch -o jsonpath='{.spec.replicas}{\"\\n\"}' \
+    | while read -r n; do [ -z \"\$n\" ] || echo \"\$(date +%s%3N) \$n\"; done >'$2'"
+}
+replicas() { k -n $ns get deployment "${1:-dtq-worker}" -o jsonpath='{.spec.replicas}'; }
+# first_at LOG T0 N: the first time at or after T0 the replicas in LOG reached N or more
+first_at() { awk -v t0="$2" -v n="$3" '$1 >= t0 && $2 >= n {print $1; exit}' "$1"; }
+# until_at LOG T0 N LIMIT_MS WHAT: waits for first_at, failing after LIMIT_MS
+until_at() {
+  local t
+  while :; do
+    t=$(first_at "$1" "$2" "$3")
+    [ -n "$t" ] && { echo "$t"; return; }
+    [ $(($(ms) - $2)) -lt "$4" ] || fail "$5: replicas $(tail -1 "$1" | awk '{print $2}') after $4 ms, want $3"
+    sleep 0.01
+  done
+}
+watch_replicas dtq-worker "$dir/replicas.log"
+mark() { echo "$(ms) $*" >>"$dir/marks.log"; }
+# pct FILE P: the P-th percentile of the numbers in FILE (nearest rank)
+pct() { sort -n "$1" | awk -v p="$2" '{a[NR]=$1} END {i=int(NR*p/100+0.999999); if (i<1) i=1; print a[i]}'; }
+
+# ---- wake: 0 → 1 by push, and KEDA's redis-streams trigger beside it ----------------
+# The same Deployment shape scaled by KEDA's built-in redis-streams trigger on the
+# queue's stream (its length, as a poll at KEDA's default interval of 30 s sees it).
+cat >"$dir/polled.yaml" <<YAML
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: dtq-polled, namespace: $ns}
+spec:
+  replicas: 0
+  selector: {matchLabels: {app: dtq-polled}}
+  template:
+    metadata: {labels: {app: dtq-polled}}
+    spec: {containers: [{name: worker, image: "dtq:e2e", args: [worker]}]}
+---
+apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+metadata: {name: dtq-polled, namespace: $ns}
+spec:
+  scaleTargetRef: {name: dtq-polled}
+  minReplicaCount: 0
+  maxReplicaCount: 20
+  triggers:
+    - type: redis-streams
+      metadata:
+        address: 127.0.0.1:$redis_port
+        stream: "$prefix:{default}:p0"
+        streamLength: "16"
+YAML
+k apply -f "$dir/polled.yaml" >/dev/null
+k -n $ns wait scaledobject/dtq-polled --for condition=Ready --timeout 120s >/dev/null
+watch_replicas dtq-polled "$dir/polled-replicas.log"
+: >"$dir/wakes" 
+: >"$dir/polled-wakes"
 for i in $(seq "$wakes"); do
-  [ "$(replicas)" = 0 ] || { say "replicas $(replicas) before wake $i, want 0"; exit 1; }
+  [ "$(replicas)" = 0 ] || fail "replicas $(replicas) before wake $i, want 0"
+  polled=; [ "$i" -le "$polled_wakes" ] && polled=1
+  # KEDA polls on a 30 s rhythm of its own: a wake right after the previous one's would
+  # always land just after a poll. A random pause puts the enqueue at a random phase,
+  # as a producer's would be.
+  [ -n "$polled" ] && sleep "$((RANDOM % 30)).$((RANDOM % 10))"
   t0=$(ms)
   id=$("$dir/bin/dtq" enqueue --queue default --function noop)
-  t1=
-  until [ -n "$t1" ]; do
-    t1=$(awk -v t0="$t0" '$1 >= t0 && $2 == 1 {print $1; exit}' "$dir/replicas.log")
-    [ $(($(ms) - t0)) -lt 30000 ] || { say "wake $i: replicas still $(replicas) after 30 s"; exit 1; }
-    [ -n "$t1" ] || sleep 0.01
-  done
+  t1=$(until_at "$dir/replicas.log" "$t0" 1 30000 "wake $i")
   echo $((t1 - t0)) >>"$dir/wakes"
-  say "wake $i: 0 → 1 in $((t1 - t0)) ms (task $id)"
-  # no kubelet: the task is taken off the queue by hand, and the replicas set back to 0
-  redis-cli -p "$redis_port" --scan --pattern 'e2e:*' | xargs -r redis-cli -p "$redis_port" del >/dev/null
-  k -n dtq scale deployment/dtq-worker --replicas 0 >/dev/null
+  line="wake $i: 0 → 1 by push in $((t1 - t0)) ms"
+  if [ -n "$polled" ]; then
+    tp=$(until_at "$dir/polled-replicas.log" "$t0" 1 60000 "wake $i, redis-streams")
+    echo $((tp - t0)) >>"$dir/polled-wakes"
+    line="$line; by redis-streams in $((tp - t0)) ms"
+  fi
+  say "$line (task $id)"
+  # no worker runs here: the task is taken off the queue by hand, the replicas set back
+  rc --scan --pattern "$prefix:*" | xargs -r redis-cli -p "$redis_port" del >/dev/null
+  k -n $ns scale deployment/dtq-worker --replicas 0 >/dev/null
+  [ -n "$polled" ] && k -n $ns scale deployment/dtq-polled --replicas 0 >/dev/null
+  if [ "$i" = "$polled_wakes" ]; then
+    k -n $ns delete scaledobject dtq-polled --wait >/dev/null
+    k -n $ns delete deployment dtq-polled >/dev/null
+  fi
   sleep 1
 done
-sort -n "$dir/wakes" | awk '{a[NR]=$1} END {printf "0 -> 1 by push over %d wakes (dtq enqueue exec to spec.replicas 1): p50 %d ms, p90 %d ms, max %d ms\n", NR, a[int((NR+1)/2)], a[int(NR*0.9+0.5)], a[NR]}'
+push_line="0 → 1 by push over $(wc -l <"$dir/wakes") wakes (enqueue to spec.replicas 1): p50 $(pct "$dir/wakes" 50) ms, p90 $(pct "$dir/wakes" 90) ms, p99 $(pct "$dir/wakes" 99) ms, max $(pct "$dir/wakes" 100) ms"
+polled_line="0 → 1 by KEDA's redis-streams trigger (pollingInterval 30 s) over $(wc -l <"$dir/polled-wakes") of those wakes, each at a random phase of its polling: p50 $(pct "$dir/polled-wakes" 50) ms, max $(pct "$dir/polled-wakes" 100) ms"
+say "$push_line"
+say "$polled_line"
 
-# 1 → N: a runner follows spec.replicas as a kubelet would, starting `dtq worker`
-# processes with the Deployment's settings and SIGTERMing the newest when it shrinks; a
-# burst of long tasks at zero replicas wakes the Deployment by push, and the HPA, fed by
-# dtq's metric through KEDA's adapter, raises it to what targetPerReplica implies.
-burst=${E2E_BURST:-64} target=16
+# ---- the runner: a kubelet and deployment controller for dtq-worker ------------------
+# Each "pod" is a `dtq worker` process with the pod template's environment (its name in
+# place of metadata.name) and PORT=0 (pods share loopback here). runner.log: "MS start
+# SEQ", "MS stop SEQ" (SIGTERM), "MS exit SEQ CODE". The Deployment's status follows the
+# processes: replicas and readyReplicas count those started and not stopped or exited,
+# as the HPA reads status.replicas to average a metric over the pods.
+worker_env=$(podenv deployment dtq-worker @POD@)
+mapfile -t worker_env <<<"$worker_env"
+grace=$(k -n $ns get deployment dtq-worker -o jsonpath='{.spec.template.spec.terminationGracePeriodSeconds}')
+[ -n "$grace" ] || fail "dtq-worker has no terminationGracePeriodSeconds"
+# start_pod SEQ NAME: a worker process; its pid in pids/worker-SEQ, its end in runner.log
+start_pod() {
+  (
+    env -i PATH="$PATH" "${worker_env[@]//@POD@/$2}" PORT=0 "$dir/bin/dtq" worker >"$dir/logs/$2.log" 2>&1 &
+    p=$!
+    echo $p >"$dir/pids/worker-$1"
+    wait $p && c=0 || c=$?
+    echo "$(ms) exit $1 $c" >>"$dir/runner.log"
+  ) &
+  for _ in $(seq 200); do [ -s "$dir/pids/worker-$1" ] && break; sleep 0.005; done
+  echo "$(ms) start $1" >>"$dir/runner.log"
+}
+# stop_pod SEQ: SIGTERM, and SIGKILL after terminationGracePeriodSeconds
+stop_pod() {
+  local p
+  p=$(cat "$dir/pids/worker-$1")
+  kill -TERM "$p" 2>/dev/null || true
+  echo "$(ms) stop $1" >>"$dir/runner.log"
+  bg "grace-$1" bash -c "sleep $grace; kill -KILL $p 2>/dev/null || true"
+}
 runner() {
-  local -a pids=()
-  local want n=0 seq=0
+  set +e # a background loop: one failed kubectl call must not end it
+  local -a seqs=()
+  local want seq=0 up status=-1
   while :; do
     want=$(tail -1 "$dir/replicas.log" | awk '{print $2}')
     want=${want:-0}
-    while [ "$n" -lt "$want" ]; do
+    while [ "${#seqs[@]}" -lt "$want" ]; do
       seq=$((seq + 1))
-      DTQ_WORKER_ID=e2e-w$seq DTQ_QUEUES=default DTQ_WORKER_CONCURRENCY=16 DTQ_VISIBILITY_TIMEOUT_S=30 \
-        DTQ_HEARTBEAT_INTERVAL_S=5 DTQ_DRAIN_TIMEOUT_S=30 PORT=0 DTQ_LOG_LEVEL=warn \
-        "$dir/bin/dtq" worker >"$dir/logs/worker-$seq.log" 2>&1 &
-      pids[n]=$!
-      echo $! >"$dir/pids/worker-$seq"
-      echo "$(date +%s%3N) start $seq" >>"$dir/runner.log"
-      n=$((n + 1))
+      start_pod $seq "dtq-worker-e2e-$seq"
+      seqs+=($seq)
     done
-    while [ "$n" -gt "$want" ]; do
-      n=$((n - 1))
-      kill -TERM "${pids[n]}" 2>/dev/null || true
-      echo "$(date +%s%3N) stop" >>"$dir/runner.log"
+    while [ "${#seqs[@]}" -gt "$want" ]; do
+      stop_pod "${seqs[-1]}"
+      unset 'seqs[-1]'
     done
+    # started, not stopped, not exited
+    up=$(awk '$2 == "start" {u[$3] = 1} $2 == "stop" || $2 == "exit" {delete u[$3]} END {print length(u)}' "$dir/runner.log")
+    if [ "$up" != "$status" ]; then
+      k -n $ns patch deployment dtq-worker --subresource status --type merge \
+        -p "{\"status\":{\"replicas\":$up,\"updatedReplicas\":$up,\"readyReplicas\":$up,\"availableReplicas\":$up}}" >/dev/null \
+        && status=$up
+    fi
     sleep 0.05
   done
 }
-runner &
-echo $! >"$dir/pids/runner"
+: >"$dir/runner.log"
+bg runner runner
+# backlog.log: "MS WAITING RUNNING" of queue default every 250 ms, as the scaler's
+# /metrics reads them (undelivered entries; delivered, not yet acknowledged ones)
+sampler() {
+  set +e # a background loop: one failed kubectl call must not end it
+  while :; do
+    curl -sf "http://127.0.0.1:$scaler_http/metrics" 2>/dev/null \
+      | awk -v t="$(ms)" '/^dtq_queue_lag\{.*queue="default"/ {w += $2} /^dtq_queue_pending\{.*queue="default"/ {r += $2; n++}
+          END {if (n) print t, w + 0, r + 0}' >>"$dir/backlog.log" || true
+    sleep 0.25
+  done
+}
+bg sampler sampler
+# tally QUEUE FIELD: how many of the queue's tasks hold each value of FIELD ("64 succeeded")
+tally() {
+  rc --scan --pattern "$prefix:{$1}:t:*" | while read -r key; do echo "HGET $key $2"; done \
+    | rc | sort | uniq -c | awk '{printf "%s%s %s", sep, $1, $2; sep=", "}'
+}
+# until_tally QUEUE FIELD WANT LIMIT_MS T0 WHAT
+until_tally() {
+  until [ "$(tally "$1" "$2")" = "$3" ]; do
+    [ $(($(ms) - $5)) -lt "$4" ] || fail "$6: $(tally "$1" "$2"), want $3"
+    sleep 0.2
+  done
+}
+hpa_value() { k -n $ns get hpa dtq-worker -o jsonpath='{range .status.currentMetrics[*]}{.external.metric.name}={.external.current.averageValue} {end}'; }
+
+# ---- burst: 1 → N, and further for urgent work (bandTargets) ------------------------
+target=16 band_target=4
 want_n=$(((burst + target - 1) / target))
+mark "burst of $burst tasks"
 say "1 → N: $burst tasks of 4 s at zero replicas (targetPerReplica $target: N = $want_n)"
 t0=$(ms)
-for i in $(seq "$burst"); do
-  "$dir/bin/dtq" enqueue --queue default --function sleep --payload '{"ms":4000}' >/dev/null
-done
+for i in $(seq "$burst"); do "$dir/bin/dtq" enqueue --queue default --function sleep --payload '{"ms":4000}' >/dev/null; done
 t_enq=$(ms)
-tn=
-until [ -n "$tn" ]; do
-  tn=$(awk -v t0="$t0" -v n="$want_n" '$1 >= t0 && $2 >= n {print $1; exit}' "$dir/replicas.log")
-  [ $(($(ms) - t0)) -lt 60000 ] || { say "replicas $(replicas) a minute after the burst, want $want_n"; exit 1; }
-  [ -n "$tn" ] || sleep 0.05
-done
-t1=$(awk -v t0="$t0" '$1 >= t0 && $2 >= 1 {print $1; exit}' "$dir/replicas.log")
-say "1 → N: the burst enqueued in $((t_enq - t0)) ms; replicas 1 after $((t1 - t0)) ms, $want_n after $((tn - t0)) ms"
-# every task runs once: wait for the queue to drain, then count what succeeded
-# tally FIELD: how many of the queue's tasks hold each value of FIELD ("64 succeeded")
-tally() {
-  redis-cli -p "$redis_port" --scan --pattern 'e2e:{default}:t:*' | while read -r key; do echo "HGET $key $1"; done \
-    | redis-cli -p "$redis_port" | sort | uniq -c | awk '{printf "%s%s %s", sep, $1, $2; sep=", "}'
-}
-statuses() { tally status; }
-until [ "$(statuses)" = "$burst succeeded" ]; do
-  [ $(($(ms) - t0)) -lt 120000 ] || { say "tasks not all succeeded two minutes after the burst"; exit 1; }
-  sleep 0.5
-done
-attempts=$(tally attempt)
-[ "$attempts" = "$burst 1" ] || { say "attempts of the burst's tasks: $attempts (want every one 1)"; exit 1; }
-say "the burst's $burst tasks all succeeded, each at its first attempt, $(($(ms) - t0)) ms after it began; peak replicas $(awk -v t0="$t0" '$1 >= t0 && $2 > m {m=$2} END {print m}' "$dir/replicas.log"), workers started $(grep -c start "$dir/runner.log")"
-awk '{print}' "$dir/replicas.log" >"$dir/logs/replicas.log"
+tn=$(until_at "$dir/replicas.log" "$t0" "$want_n" 60000 "the burst")
+t1=$(first_at "$dir/replicas.log" "$t0" 1)
+hpa_mid=$(hpa_value)
+say "1 → N: the burst enqueued in $((t_enq - t0)) ms; replicas 1 after $((t1 - t0)) ms, $want_n after $((tn - t0)) ms; HPA current values: $hpa_mid"
+case $hpa_mid in *=-*|'') fail "the HPA's current values are not sane: '$hpa_mid'" ;; esac
+until_tally default status "$burst succeeded" 120000 "$t0" "the burst"
+[ "$(tally default attempt)" = "$burst 1" ] || fail "attempts of the burst's tasks: $(tally default attempt) (want every one 1)"
+burst_line="1 → N: $burst tasks at zero replicas: replicas 1 after $((t1 - t0)) ms, $want_n after $((tn - t0)) ms; all succeeded at their first attempt $(($(ms) - t0)) ms after the burst began"
+say "$burst_line"
+# Urgent work: the band metric (bands 9..7, target 4) asks for more than the total
+# does. The tasks run 20 s: the manifest's scale-up adds at most 4 pods or 100 % per
+# 15 s, and the burst above used that up, so 8 comes once its 15 s have passed.
+urgent=32 want_u=$(((32 + band_target - 1) / band_target))
+mark "$urgent urgent tasks (priority 9)"
+t0=$(ms)
+for i in $(seq "$urgent"); do "$dir/bin/dtq" enqueue --queue default --priority 9 --function sleep --payload '{"ms":20000}' >/dev/null; done
+tu=$(until_at "$dir/replicas.log" "$t0" "$want_u" 60000 "the urgent burst")
+until_tally default status "$((burst + urgent)) succeeded" 120000 "$t0" "the urgent burst"
+[ "$(tally default attempt)" = "$((burst + urgent)) 1" ] || fail "attempts after the urgent burst: $(tally default attempt) (want every one 1)"
+urgent_line="bandTargets: $urgent tasks at priority 9 (9-7:$band_target) raised the replicas to $want_u $((tu - t0)) ms after they began, the scale-up policy's pace (the total alone asks for $(((urgent + target - 1) / target)))"
+say "$urgent_line"
 
-# N → 0 with work in flight: the manifest's scale-down is cautious (a 120 s window, half
-# the replicas a minute, cooldownPeriod 120 s before zero); the test shortens those on the
-# live objects, keeping everything else. A second burst mixes 1 s and 8 s tasks: as the
-# short ones finish, the HPA lowers the replicas while workers still run long ones, and
-# the runner SIGTERMs those workers, which drain (DTQ_DRAIN_TIMEOUT_S 30) and finish
-# them. Every task must succeed, each at its first attempt, and the replicas reach 0.
-k -n dtq patch scaledobject dtq-worker --type merge -p '{"spec":{"cooldownPeriod":5,"advanced":{"horizontalPodAutoscalerConfig":{"behavior":{"scaleDown":{"stabilizationWindowSeconds":0,"policies":[{"type":"Percent","value":100,"periodSeconds":1}]}}}}}}' >/dev/null
+# ---- drain: N → 0 with work in flight ------------------------------------------------
+# The manifest's scale-down is cautious (a 120 s window, half the replicas a minute,
+# cooldownPeriod 120 s before zero); the test shortens those on the live object. A
+# burst mixes 1 s and 8 s tasks: as the short ones finish, the HPA lowers the replicas
+# while workers still run long ones, and the runner SIGTERMs those workers, which drain
+# (DTQ_DRAIN_TIMEOUT_S) and finish them.
+k -n $ns patch scaledobject dtq-worker --type merge -p '{"spec":{"cooldownPeriod":5,"advanced":{"horizontalPodAutoscalerConfig":{"behavior":{"scaleDown":{"stabilizationWindowSeconds":0,"policies":[{"type":"Percent","value":100,"periodSeconds":1}]}}}}}}' >/dev/null
 for _ in $(seq 600); do [ "$(replicas)" = 0 ] && break; sleep 0.1; done
-[ "$(replicas)" = 0 ] || { say "replicas $(replicas) after the patch, want 0 (the first burst is done)"; exit 1; }
-stops_before=$(grep -c stop "$dir/runner.log" || true)
+[ "$(replicas)" = 0 ] || fail "replicas $(replicas) a minute after the scale-down was shortened, want 0"
+done_before=$((burst + urgent))
+stops_before=$(grep -c ' stop ' "$dir/runner.log" || true)
+mark "burst of $burst tasks, 1 s and 8 s"
 t2=$(ms)
 say "N → 0: scale-down shortened (cooldownPeriod 5 s, no window); a burst of $burst tasks, half 1 s, half 8 s"
 for i in $(seq "$burst"); do
   d=1000; [ $((i % 2)) = 0 ] && d=8000
   "$dir/bin/dtq" enqueue --queue default --function sleep --payload "{\"ms\":$d}" >/dev/null
 done
-total=$((burst * 2))
-until [ "$(statuses)" = "$total succeeded" ]; do
-  [ $(($(ms) - t2)) -lt 120000 ] || { say "second burst: $(statuses) two minutes on"; exit 1; }
-  sleep 0.2
-done
-t_done=$(ms)
+total=$((done_before + burst))
+until_tally default status "$total succeeded" 120000 "$t2" "the drain burst"
+# when the last task ended, as its record says
+t_done=$(tally default finished_at | tr ',' '\n' | awk '{if ($2 > m) m = $2} END {printf "%.0f\n", m}')
 tz=
 until [ -n "$tz" ]; do
   tz=$(awk -v t0="$t_done" '$1 >= t0 - 60000 {last=$2; at=$1} END {if (last == 0) print at}' "$dir/replicas.log")
-  [ $(($(ms) - t_done)) -lt 120000 ] || { say "replicas $(replicas) two minutes after the last task ended"; exit 1; }
+  [ $(($(ms) - t_done)) -lt 120000 ] || fail "replicas $(replicas) two minutes after the last task ended"
   [ -n "$tz" ] || sleep 0.2
 done
-attempts=$(tally attempt)
-[ "$attempts" = "$total 1" ] || { say "attempts: $attempts (want every one 1)"; exit 1; }
-stopped=$(($(grep -c stop "$dir/runner.log") - stops_before))
-handed=$(cat "$dir"/logs/worker-*.log | grep -c 'handed back' || true)
-say "N → 0: the $burst tasks all succeeded $((t_done - t2)) ms after the burst began, each at its first attempt; $stopped workers SIGTERMed on the way ($handed hand-backs logged); replicas 0 $((tz - t_done)) ms after the last task ended"
+[ "$(tally default attempt)" = "$total 1" ] || fail "attempts: $(tally default attempt) (want every one 1)"
+stopped=$(($(grep -c ' stop ' "$dir/runner.log") - stops_before))
+handed=$(cat "$dir"/logs/dtq-worker-e2e-*.log | grep -c 'handed back' || true)
+killed=$(awk '$2 == "exit" && $4 == 137' "$dir/runner.log" | wc -l)
+[ "$killed" = 0 ] || fail "$killed workers were SIGKILLed after terminationGracePeriodSeconds"
+# every worker has exited by now, each with 0
+for _ in $(seq 600); do [ "$(grep -c ' exit ' "$dir/runner.log")" = "$(grep -c ' start ' "$dir/runner.log")" ] && break; sleep 0.1; done
+bad=$(awk '$2 == "exit" && $4 != 0' "$dir/runner.log")
+[ -z "$bad" ] || fail "workers exited with an error: $bad"
+drain_line="N → 0: $burst tasks (1 s and 8 s) all succeeded at attempt 1 while $stopped workers were SIGTERMed mid-run ($handed hand-backs); replicas 0 $((tz - t_done)) ms after the last task ended"
+say "$drain_line"
 awk -v t0="$t2" '$1 >= t0 {printf "%s%s@%d", sep, $2, $1 - t0; sep=" → "} END {print ""}' "$dir/replicas.log" \
-  | sed 's/^/replicas since the second burst (count@ms): /' >&2
+  | sed 's/^/replicas since the drain burst (count@ms): /' >&2
+timeline_to=$(ms)
 
-# A delayed task at zero replicas: with scheduledLead the Deployment is woken that long
-# before the task falls due (no worker runs to move it, so the scaler's timer must). The
-# trigger's lead is set on the live object (the manifest leaves the 0 s default).
-lead_ms=2000 delay_ms=6000
-k -n dtq patch scaledobject dtq-worker --type json \
+# ---- delayed: a delayed task at zero replicas ----------------------------------------
+# With scheduledLead the Deployment is woken that long before the task falls due (no
+# worker runs to move it, so the scaler's timer must). The lead is set on the live
+# trigger (the manifest leaves the 0 s default).
+lead_ms=2000
+k -n $ns patch scaledobject dtq-worker --type json \
   -p '[{"op":"add","path":"/spec/triggers/0/metadata/scheduledLead","value":"2s"}]' >/dev/null
-for _ in $(seq 600); do [ "$(replicas)" = 0 ] && break; sleep 0.1; done
 sleep 2 # KEDA rebuilds the trigger's scaler and reopens its push stream
+[ "$(replicas)" = 0 ] || fail "replicas $(replicas) before the delayed task, want 0"
 t3=$(ms)
+delay_ms=6000
 id=$("$dir/bin/dtq" enqueue --queue default --function noop --delay "${delay_ms}ms")
 due=$((t3 + delay_ms))
-tw=
-until [ -n "$tw" ]; do
-  tw=$(awk -v t0="$t3" '$1 >= t0 && $2 >= 1 {print $1; exit}' "$dir/replicas.log")
-  [ $(($(ms) - t3)) -lt 30000 ] || { say "delayed task: replicas $(replicas) 30 s after its enqueue"; exit 1; }
-  [ -n "$tw" ] || sleep 0.05
-done
+tw=$(until_at "$dir/replicas.log" "$t3" 1 30000 "the delayed task")
 early=$((due - tw))
 [ "$early" -ge $((lead_ms - 500)) ] && [ "$early" -le $((lead_ms + 500)) ] \
-  || { say "delayed task: woken $early ms before it fell due, want about $lead_ms"; exit 1; }
-until [ "$(redis-cli -p "$redis_port" hget "e2e:{default}:t:$id" status)" = succeeded ]; do
-  [ $(($(ms) - t3)) -lt 60000 ] || { say "the delayed task did not succeed"; exit 1; }
+  || fail "delayed task: woken $early ms before it fell due, want about $lead_ms"
+until [ "$(rc hget "$prefix:{default}:t:$id" status)" = succeeded ]; do
+  [ $(($(ms) - t3)) -lt 60000 ] || fail "the delayed task did not succeed"
   sleep 0.1
 done
-say "delayed task at zero replicas: replicas 1 $early ms before it fell due (scheduledLead ${lead_ms} ms); it succeeded at attempt $(redis-cli -p "$redis_port" hget "e2e:{default}:t:$id" attempt)"
+delayed_line="a delayed task at zero replicas: replicas 1 $early ms before it fell due (scheduledLead $lead_ms ms), run at attempt $(rc hget "$prefix:{default}:t:$id" attempt)"
+say "$delayed_line"
+
+# ---- cron: ticks at zero replicas ----------------------------------------------------
+# A periodic entry with no worker running: its next tick is in the queue's cron set,
+# which the scaler's timer reads like the schedule, so each tick wakes the Deployment
+# scheduledLead early, and the worker's leader enqueues and runs it.
+for _ in $(seq 300); do [ "$(replicas)" = 0 ] && break; sleep 0.1; done
+[ "$(replicas)" = 0 ] || fail "replicas $(replicas) before the cron entry, want 0"
+"$dir/bin/dtq" cron add --name e2e-tick --spec '@every 30s' --queue default --function noop >"$dir/cron.json"
+cron_lines=
+for tick in 1 2; do
+  for _ in $(seq 300); do [ "$(replicas)" = 0 ] && break; sleep 0.1; done
+  [ "$(replicas)" = 0 ] || fail "replicas $(replicas) before cron tick $tick, want 0"
+  next=$(rc zscore "$prefix:{default}:cron" e2e-tick)
+  next=${next%.*}
+  [ -n "$next" ] || fail "no next tick for e2e-tick in $prefix:{default}:cron"
+  t4=$(ms)
+  [ $((next - t4)) -gt $((lead_ms + 500)) ] || fail "cron tick $tick due in $((next - t4)) ms: too soon to see an early wake"
+  tw=$(until_at "$dir/replicas.log" "$t4" 1 30000 "cron tick $tick")
+  early=$((next - tw))
+  [ "$early" -ge $((lead_ms - 500)) ] && [ "$early" -le $((lead_ms + 500)) ] \
+    || fail "cron tick $tick: woken $early ms before it, want about $lead_ms"
+  until [ "$(rc hget "$prefix:{default}:t:cron-e2e-tick-$next" status)" = succeeded ]; do
+    [ $(($(ms) - t4)) -lt 60000 ] || fail "cron tick $tick's task did not succeed"
+    sleep 0.1
+  done
+  cron_lines="$cron_lines${cron_lines:+, }$early ms"
+  say "cron tick $tick at zero replicas: replicas 1 $early ms before it; its task ran at attempt $(rc hget "$prefix:{default}:t:cron-e2e-tick-$next" attempt)"
+done
+"$dir/bin/dtq" cron remove e2e-tick >/dev/null
+cron_line="cron ticks at zero replicas (@every 30s, scheduledLead $lead_ms ms): woken $cron_lines before them, each tick run once"
+
+# ---- restart: the scaler killed at zero replicas, a task waiting, then restarted ------
+# KEDA's push stream breaks; it retries (2 s, doubling). Nothing may be stranded: the
+# task waiting when the scaler comes back wakes the Deployment, and a later task wakes
+# it by push again.
+for _ in $(seq 300); do [ "$(replicas)" = 0 ] && break; sleep 0.1; done
+[ "$(replicas)" = 0 ] || fail "replicas $(replicas) before the scaler restart, want 0"
+push_streams() { curl -sf "http://127.0.0.1:$scaler_http/metrics" | awk '/^dtq_scaler_push_streams / {print $2}'; }
+mark "scaler killed"
+kill -KILL "$(cat "$dir/pids/dtq-scaler")"
+t5=$(ms)
+id=$("$dir/bin/dtq" enqueue --queue default --function noop)
+sleep 3
+[ "$(replicas)" = 0 ] || fail "replicas $(replicas) with the scaler down (nothing should have woken them)"
+start_scaler
+t6=$(ms)
+tw=$(until_at "$dir/replicas.log" "$t6" 1 60000 "after the scaler's restart")
+until [ "$(rc hget "$prefix:{default}:t:$id" status)" = succeeded ]; do
+  [ $(($(ms) - t6)) -lt 60000 ] || fail "the task enqueued while the scaler was down did not succeed"
+  sleep 0.1
+done
+for _ in $(seq 600); do [ "$(push_streams)" -ge 1 ] 2>/dev/null && break; sleep 0.1; done
+t_stream=$(ms)
+[ "$(push_streams)" -ge 1 ] || fail "no push stream open a minute after the scaler's restart"
+for _ in $(seq 600); do [ "$(replicas)" = 0 ] && break; sleep 0.1; done
+[ "$(replicas)" = 0 ] || fail "replicas $(replicas) after the task, want 0"
+t7=$(ms)
+"$dir/bin/dtq" enqueue --queue default --function noop >/dev/null
+tw2=$(until_at "$dir/replicas.log" "$t7" 1 30000 "the first task after the restart")
+[ $((tw2 - t7)) -lt 5000 ] || fail "the first task after the restart woke the Deployment in $((tw2 - t7)) ms: not by push"
+restart_line="scaler killed (SIGKILL) at zero replicas with a task enqueued, restarted 3 s later: replicas 1 $((tw - t6)) ms after the restart, the task run once; KEDA's push stream back $((t_stream - t6)) ms after the restart; the next task woke the Deployment in $((tw2 - t7)) ms"
+say "$restart_line"
+for _ in $(seq 600); do [ "$(replicas)" = 0 ] && break; sleep 0.1; done
+
+# ---- job: deploy/kubernetes/keda-job, one Job per task ------------------------------
+# The overlay's ScaledJob (an "external" trigger, polled every 10 s). A second runner
+# plays the job controller and kubelet: each Job KEDA creates gets a `dtq worker` with
+# its template's environment, and its status (started, then succeeded or failed) as
+# the process ends; KEDA counts Jobs without a Complete or Failed condition as running.
+k kustomize "$root/deploy/kubernetes/keda-job" \
+  | sed -e "s#scalerAddress: .*#scalerAddress: 127.0.0.1:$scaler_port#" -e 's#image: registry.example.com/dtq:latest#image: dtq:e2e#' \
+  >"$dir/keda-job.yaml"
+k apply --server-side -f "$dir/keda-job.yaml" >"$dir/logs/apply-job.log"
+k -n $ns wait scaledjob/dtq-worker-long --for condition=Ready --timeout 120s >/dev/null
+now3339() { date -u +%Y-%m-%dT%H:%M:%SZ; }
+job_status() { k -n $ns patch job "$1" --subresource status --type merge -p "$2" >>"$dir/logs/job-status.log" 2>&1; }
+run_job() { # NAME
+  local env
+  env=$(podenv job "$1" "$1-pod")
+  mapfile -t env <<<"$env"
+  job_status "$1" "{\"status\":{\"startTime\":\"$(now3339)\",\"active\":1}}" || echo "$(ms) status-failed $1" >>"$dir/jobs.log"
+  echo "$(ms) start $1" >>"$dir/jobs.log"
+  env -i PATH="$PATH" "${env[@]}" PORT=0 "$dir/bin/dtq" worker >"$dir/logs/$1.log" 2>&1 && c=0 || c=$?
+  echo "$(ms) exit $1 $c" >>"$dir/jobs.log"
+  local t
+  t=$(now3339)
+  if [ "$c" = 0 ]; then
+    job_status "$1" "{\"status\":{\"active\":0,\"succeeded\":1,\"completionTime\":\"$t\",\"conditions\":[{\"type\":\"SuccessCriteriaMet\",\"status\":\"True\",\"lastProbeTime\":\"$t\",\"lastTransitionTime\":\"$t\"},{\"type\":\"Complete\",\"status\":\"True\",\"lastProbeTime\":\"$t\",\"lastTransitionTime\":\"$t\"}]}}"
+  else
+    job_status "$1" "{\"status\":{\"active\":0,\"failed\":1,\"conditions\":[{\"type\":\"FailureTarget\",\"status\":\"True\",\"lastProbeTime\":\"$t\",\"lastTransitionTime\":\"$t\"},{\"type\":\"Failed\",\"status\":\"True\",\"lastProbeTime\":\"$t\",\"lastTransitionTime\":\"$t\"}]}}"
+  fi || echo "$(ms) status-failed $1" >>"$dir/jobs.log"
+}
+job_runner() {
+  set +e # a background loop: one failed kubectl call must not end it
+  local -A seen=()
+  local j
+  while :; do
+    for j in $(k -n $ns get jobs -l scaledjob.keda.sh/name=dtq-worker-long -o jsonpath='{.items[*].metadata.name}'); do
+      [ -n "${seen[$j]:-}" ] && continue
+      seen[$j]=1
+      echo "$(ms) created $j" >>"$dir/jobs.log"
+      run_job "$j" &
+    done
+    sleep 0.3
+  done
+}
+: >"$dir/jobs.log"
+bg job-runner job_runner
+n_jobs=3
+mark "$n_jobs long tasks (ScaledJob)"
+t8=$(ms)
+for i in $(seq $n_jobs); do "$dir/bin/dtq" enqueue --queue long --function sleep --payload '{"ms":2000}' >/dev/null; done
+until_tally long status "$n_jobs succeeded" 90000 "$t8" "the ScaledJob's tasks"
+for _ in $(seq 300); do [ "$(grep -c ' exit ' "$dir/jobs.log")" -ge $n_jobs ] && break; sleep 0.1; done
+# one more poll and a bit: no Job is created for work that is done
+sleep 12
+created=$(grep -c ' created ' "$dir/jobs.log")
+[ "$created" = $n_jobs ] || fail "KEDA created $created Jobs for $n_jobs tasks: $(cat "$dir/jobs.log")"
+[ "$(tally long attempt)" = "$n_jobs 1" ] || fail "the ScaledJob's tasks ran at attempts $(tally long attempt), want 1"
+bad=$(awk '$2 == "exit" && $4 != 0 || $2 == "status-failed"' "$dir/jobs.log")
+[ -z "$bad" ] || fail "Jobs: $bad (see $dir/logs/job-status.log)"
+complete=$(k -n $ns get jobs -l scaledjob.keda.sh/name=dtq-worker-long -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Complete")].status}{"\n"}{end}' | grep -c True || true)
+[ "$complete" = $n_jobs ] || fail "$complete of $n_jobs Jobs Complete"
+first_job=$(awk '$2 == "created" {print $1; exit}' "$dir/jobs.log")
+job_line="ScaledJob: $n_jobs tasks on queue long, $n_jobs Jobs created by KEDA (the first $((first_job - t8)) ms after the enqueue: pollingInterval 10 s), each worker ran one task at attempt 1 and exited 0, no Job more"
+say "$job_line"
+
+# ---- the figures, and the timeline ---------------------------------------------------
+{
+  echo "e2e figures ($(date -u +%Y-%m-%dT%H:%MZ)):"
+  for l in "$push_line" "$polled_line" "$burst_line" "$urgent_line" "$drain_line" "$delayed_line" "$cron_line" "$restart_line" "$job_line"; do
+    echo "  $l"
+  done
+} >&2
+if [ -n "${E2E_TIMELINE:-}" ]; then
+  out=$(realpath -m "$E2E_TIMELINE")
+  from=$(awk 'NR == 1 {printf "%.0f\n", $1 - 1000}' "$dir/marks.log")
+  (cd "$root/deploy" && go run ./e2e/timeline -dir "$dir" -from "$from" -to "$timeline_to" \
+    -title "dtq on KEDA: replicas follow the backlog ($(date -u +%Y-%m-%d))" -out "$out") \
+    || fail "the timeline could not be drawn"
+  say "timeline drawn: $E2E_TIMELINE"
+fi
