@@ -5,8 +5,9 @@
 #                      the Python producer's pytest suite (installs redis-server,
 #                      chromium, python3-redis and python3-pytest when missing)
 #   ./test.sh --all    also the suites CI runs: KEDA compatibility (nested module; a cold
-#                      build of KEDA takes ~15 min), deploy manifests, and the container
-#                      lifecycle tests when a Docker engine answers
+#                      build of KEDA takes ~15 min), deploy manifests, the container
+#                      lifecycle tests when a Docker engine answers, and the end-to-end
+#                      scaling test on a real KEDA control plane (deploy/e2e)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -22,6 +23,10 @@ if [ "${DTQ_SKIP_BROWSER:-}" != 1 ] && ! command -v chromium >/dev/null 2>&1 && 
 fi
 if [ "${DTQ_SKIP_PYTHON:-}" != 1 ] && ! /usr/bin/python3 -c 'import redis, pytest' >/dev/null 2>&1; then
   missing+=(python3-redis python3-pytest)
+fi
+# --all: jq, curl and openssl for the end-to-end scaling test (deploy/e2e)
+if [ "${1:-}" = "--all" ]; then
+  for c in jq curl openssl; do command -v $c >/dev/null 2>&1 || missing+=($c); done
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}" >&2
@@ -89,5 +94,10 @@ if [ "${1:-}" = "--all" ]; then
       echo "test.sh: no Docker engine answers; container lifecycle tests not run" >&2
     fi
   fi
+  # dtq scaled by the real KEDA operator, adapter and webhooks against a real
+  # kube-apiserver and HPA controller (deploy/e2e/README.md). Cold, build.sh adds etcd,
+  # kube-apiserver, kube-controller-manager and kubectl (~20 min) and KEDA's binaries
+  # (minutes: they share the compatibility tests' build of pkg/scalers); the run ~5 min.
+  deploy/e2e/run.sh
 fi
 echo "test.sh: all green"
