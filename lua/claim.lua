@@ -114,6 +114,13 @@ local minidle, queue = tonumber(ARGV[7]), ARGV[8]
 local maxid, lapsedmax = tonumber(ARGV[13]), ARGV[14]
 local prefix, deadkey = KEYS[12], KEYS[13]
 
+-- A receipt keeps, for each start, its entry, band, task id, attempt, how and slots
+-- (false: the queue has no limits), not the whole started row: packing every row with
+-- its payload cost more than the start itself, and a replay is rare. The rest of the
+-- reply is kept as it is.
+local RECEIPT_STRIDE = 6
+local receipt_starts, nreceipt = {}, 0
+
 local receipt = redis.call("GET", KEYS[14])
 if receipt then
   -- A replay can come long after the call ran: the reply was lost, and the worker resends
@@ -123,11 +130,30 @@ if receipt then
   -- them before this worker's next heartbeat does.
   local out = cmsgpack.unpack(receipt)
   local live = {}
-  for _, s in ipairs(out[1]) do
-    local ok, t = pcall(redis.call, "HMGET", prefix .. s[3], "status", "attempt", "entry", "worker")
-    if ok and is_current(t, tostring(s[4]), s[1]) and t[4] == consumer then
-      redis.call("XCLAIM", KEYS[s[2] + 1], group, consumer, 0, s[1], "JUSTID")
-      live[#live + 1] = s
+  local kept = out[1]
+  if type(kept[1]) == "table" then
+    -- a receipt holding whole started rows (written before receipts were made compact)
+    for _, s in ipairs(kept) do
+      local ok, t = pcall(redis.call, "HMGET", prefix .. s[3], "status", "attempt", "entry", "worker")
+      if ok and is_current(t, tostring(s[4]), s[1]) and t[4] == consumer then
+        redis.call("XCLAIM", KEYS[s[2] + 1], group, consumer, 0, s[1], "JUSTID")
+        live[#live + 1] = s
+      end
+    end
+  else
+    -- RECEIPT_STRIDE values a start (see the end of this script): the row is rebuilt
+    -- from the task's record, which a still-current start has not changed since
+    for i = 1, #kept, RECEIPT_STRIDE do
+      local eid, band, id, attempt, how, slots = kept[i], kept[i + 1], kept[i + 2], kept[i + 3], kept[i + 4], kept[i + 5]
+      local ok, t = pcall(redis.call, "HMGET", prefix .. id, "status", "attempt", "entry", "worker",
+        "function", "payload", "timeout_ms", "max_retries", "failures", "unique", "created_at")
+      if ok and is_current(t, tostring(attempt), eid) and t[4] == consumer then
+        redis.call("XCLAIM", KEYS[band + 1], group, consumer, 0, eid, "JUSTID")
+        local row = {eid, band, id, attempt, t[5] or "", t[6] or "", t[7] or "0", t[8] or "0",
+          tonumber(t[9]) or 0, t[10] or "", t[11] or "0", how}
+        if slots then row[13] = slots end
+        live[#live + 1] = row
+      end
     end
   end
   out[1] = live
@@ -465,6 +491,11 @@ local function take(band, eid, fields, reclaiming)
     t[7] or "0", failures, t[9] or "", t[10] or "0", reclaimed}
   if limits then row[13] = slots end
   started[#started + 1] = row
+  -- the receipt's part of the start (inline: this runs for every task)
+  local k = nreceipt
+  receipt_starts[k + 1], receipt_starts[k + 2], receipt_starts[k + 3] = eid, band, id
+  receipt_starts[k + 4], receipt_starts[k + 5], receipt_starts[k + 6] = attempt, reclaimed, limits and slots
+  nreceipt = k + RECEIPT_STRIDE
 end
 
 -- putback returns an entry delivered while the queue is paused to its stream unstarted:
@@ -535,6 +566,10 @@ if redis.call("EXISTS", inbox) == 1 then
             redis.call("HSET", h, "handback", "")
             started[#started + 1] = {f.e, band, f.i, tonumber(f.a), f.f or "", f.p or "",
               f.t or "0", f.m or "0", tonumber(t[5]) or 0, f.u or "", f.c or "0", 2}
+            local k = nreceipt
+            receipt_starts[k + 1], receipt_starts[k + 2], receipt_starts[k + 3] = f.e, band, f.i
+            receipt_starts[k + 4], receipt_starts[k + 5], receipt_starts[k + 6] = tonumber(f.a), 2, false
+            nreceipt = k + RECEIPT_STRIDE
           end
         end
       end
@@ -718,7 +753,7 @@ end
 local out = {started, absorbed, invalid, paused, returned, broken, throttled, recheck}
 if #started + #absorbed + #invalid + #returned > 0 then
   -- MessagePack, not JSON: JSON formats every number with snprintf, a real cost per task
-  local ok, enc = pcall(cmsgpack.pack, out)
+  local ok, enc = pcall(cmsgpack.pack, {receipt_starts, absorbed, invalid, paused, returned, broken, throttled, recheck})
   if ok then redis.call("SET", KEYS[14], enc, "PX", ARGV[11]) end
 end
 return out

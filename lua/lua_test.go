@@ -691,3 +691,25 @@ func TestCompleteOrdersStreamIDsAsNumbers(t *testing.T) {
 		t.Fatalf("undelivered entries lost: started %d of 2", len(r2.Started))
 	}
 }
+
+// A receipt written before receipts were made compact (whole started rows) still
+// replays: the resent call gets its rows back, the current ones only.
+func TestResentClaimReadsWholeRowReceipt(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.NewTask{ID: "o1", Payload: []byte("p1")})
+	first := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1, Call: "w.1"})
+	if len(first.Started) != 1 {
+		t.Fatalf("claim = %+v", first)
+	}
+	s := first.Started[0]
+	old := `redis.call("SET", KEYS[1], cmsgpack.pack({{{ARGV[1], 0, "o1", 1, "noop", "p1", "0", "0", 0, "", ARGV[2], 0}},
+		{}, {}, 0, {}, {}, 0, 0}), "PX", 60000)`
+	if err := f.rdb.Eval(f.ctx, old, []string{f.q.Receipt("w.1")}, s.Entry, s.CreatedMS).Err(); err != nil && err != redis.Nil {
+		t.Fatal(err)
+	}
+	again := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1, Call: "w.1"})
+	if fmt.Sprint(again.Started) != fmt.Sprint(first.Started) {
+		t.Fatalf("replay of a whole-row receipt = %+v, want %+v", again.Started, first.Started)
+	}
+}
