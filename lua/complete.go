@@ -3,6 +3,8 @@ package lua
 import (
 	_ "embed"
 	"fmt"
+	"sort"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -66,27 +68,52 @@ const (
 func completeKV(a CompleteArgs) ([]string, []any, error) {
 	q := a.Queue
 	hour, processed, failed := keys.ThroughputFields(a.NowMS)
-	ks := make([]string, 0, 6+3*len(a.Items))
-	ks = append(ks, q.Schedule(), q.Dead(), q.Throughput(hour), q.Succeeded(), q.Retrying())
-	args := make([]any, 0, 8+6*len(a.Items))
+	ks := []string{q.Schedule(), q.Dead(), q.Throughput(hour), q.Succeeded(), q.Retrying(),
+		q.Waiters(), q.LimitPrefix() + "run:", q.TaskPrefix(), q.StreamPrefix(), q.UniquePrefix()}
+	args := make([]any, 0, 8+2*len(a.Items)+6*len(a.Items))
 	args = append(args, keys.Group, a.NowMS, a.KeepMS, len(a.Items), processed, failed,
 		ThroughputTTL.Milliseconds(), SucceededKept)
-	for _, it := range a.Items {
-		h := q.Task(it.ID)
-		u := h
-		if it.Unique != "" {
-			u = q.Unique(it.Unique)
+	// the items in groups of one band each (see completeOrder), a group's items in the
+	// order given
+	order := completeOrder(a.Items)
+	for i := 0; i < len(order); {
+		band := a.Items[order[i]].Band
+		j := i
+		for j < len(order) && a.Items[order[j]].Band == band {
+			j++
 		}
-		ks = append(ks, h, q.Stream(it.Band), u)
-		outcome := string(rune(it.Outcome))
-		if it.Slots != "" {
-			outcome += " " + it.Slots
+		args = append(args, band, j-i)
+		for _, k := range order[i:j] {
+			it := a.Items[k]
+			outcome := string(rune(it.Outcome))
+			if it.Outcome == Retry {
+				outcome += " " + strconv.FormatInt(it.RetryMS, 10)
+			}
+			if it.Slots != "" {
+				outcome += " " + it.Slots
+			}
+			args = append(args, it.ID, it.Entry, it.Attempt, outcome, it.Text, it.Unique)
 		}
-		args = append(args, it.ID, it.Entry, it.Attempt, outcome, it.Text, it.RetryMS)
+		i = j
 	}
-	ks = append(ks, q.Waiters())
-	ks = append(ks, q.LimitPrefix()+"run:")
 	return ks, args, nil
+}
+
+// completeOrder is the order complete.lua gets items in: by band, and within a band as
+// given. The script replies in that order.
+func completeOrder(items []Completion) []int {
+	order := make([]int, len(items))
+	sorted := true
+	for i := range order {
+		order[i] = i
+		if i > 0 && items[i].Band < items[i-1].Band {
+			sorted = false
+		}
+	}
+	if !sorted {
+		sort.SliceStable(order, func(x, y int) bool { return items[order[x]].Band < items[order[y]].Band })
+	}
+	return order
 }
 
 func decodeComplete(a CompleteArgs, cmd *redis.Cmd) ([]CompleteCode, error) {
@@ -98,8 +125,8 @@ func decodeComplete(a CompleteArgs, cmd *redis.Cmd) ([]CompleteCode, error) {
 		return nil, fmt.Errorf("complete %s: unexpected reply of %d values for %d items", a.Queue.Name, len(v), len(a.Items))
 	}
 	out := make([]CompleteCode, len(v))
-	for i, x := range v {
-		out[i] = CompleteCode(x)
+	for i, k := range completeOrder(a.Items) {
+		out[k] = CompleteCode(v[i])
 	}
 	return out, nil
 }

@@ -10,11 +10,16 @@
 -- KEYS[3]  throughput hash  PREFIX:{Q}:tp:HOUR, the hour of now
 -- KEYS[4]  succeeded list   PREFIX:{Q}:succeeded
 -- KEYS[5]  retrying zset    PREFIX:{Q}:retrying
--- KEYS[6+3i], KEYS[7+3i], KEYS[8+3i] for item i (0-based):
---          task hash, stream of the entry, unique key (the task hash again when none)
--- KEYS[6+3n] waiters zset   PREFIX:{Q}:waiters (wait.lua): a task that ends while someone
---          waits on it is removed from it and its end published on KEYS[6+3n]:ID (the
---          final status); one EXISTS a call, a ZSCORE per ended task only when it exists
+-- KEYS[6]  waiters zset     PREFIX:{Q}:waiters (wait.lua): a task that ends while someone
+--          waits on it is removed from it and its end published on KEYS[6]:ID (the
+--          final status); one EXISTS a call, a ZREM per ended task only when it exists
+-- KEYS[7]  concurrency slot prefix PREFIX:{Q}:lim:run: (+ scope: a limit's running set)
+-- KEYS[8]  task key prefix   PREFIX:{Q}:t:  (+ id: the task's hash)
+-- KEYS[9]  band stream prefix PREFIX:{Q}:p  (+ band: the stream of the entries)
+-- KEYS[10] unique key prefix PREFIX:{Q}:u:  (+ unique key)
+-- The keys of each item are built here from these prefixes, in the slot of the {Q} hash
+-- tag like every KEY: passed one by one, three keys an item cost Redis more than the
+-- item's HSET.
 -- ARGV[1]  consumer group
 -- ARGV[2]  now ms
 -- ARGV[3]  retention ms of finished tasks (0: keep)
@@ -23,14 +28,15 @@
 -- ARGV[6]  throughput field of now's minute counting failed attempts ("f" .. minute)
 -- ARGV[7]  lifetime ms of a throughput hash after its newest minute
 -- ARGV[8]  succeeded tasks kept in the succeeded list (the newest)
--- KEYS[7+3n] concurrency slot prefix PREFIX:{Q}:lim:run: (+ scope: a limit's running set)
--- ARGV[9+6i .. 14+6i] for item i: task id, entry id, attempt,
---          outcome ("s" succeeded, "r" retry, "d" dead, "c" cancelled: the worker stopped
---          the function on a cancel request), result or error text, retry at ms.
---          An execution holding concurrency slots (claim.lua's slots: scopes "q" /
---          "f:NAME") has them after its outcome, "s q f:NAME": an applied outcome gives
---          them back (SREM from KEYS[7+3n] .. scope). In the outcome, not an argument of
---          its own: an execution without slots costs nothing more.
+-- then the items, in groups of one band each: the band (0..9), the group's item count m,
+-- then 6 per item: task id, entry id, attempt,
+--          outcome ("s" succeeded, "r MS" retry at MS, "d" dead, "c" cancelled: the
+--          worker stopped the function on a cancel request), result or error text, unique
+--          key ("" none). An execution holding concurrency slots (claim.lua's slots:
+--          scopes "q" / "f:NAME") has them after its outcome, "s q f:NAME", "r MS q": an
+--          applied outcome gives them back (SREM from KEYS[7] .. scope). In the outcome,
+--          not an argument of its own: an execution without slots (and the usual
+--          success) costs nothing more.
 --
 -- A retry of a task whose cancel was requested (field "cancel", cancel.lua) is recorded
 -- as cancelled instead: the request is read on the retry branch only, never on the
@@ -48,8 +54,9 @@
 -- Finished entries are XACKed and removed from the stream (XDEL, or XTRIM MINID below the
 -- oldest pending entry), so a band's XLEN stays its undelivered plus in-flight work.
 --
--- returns a list of n integers: 1 applied, 0 fenced off, 2 refused (the schedule or the
--- dead set is not a zset: nothing recorded, not ACKed; a reclaim retries the task)
+-- returns a list of n integers, in the order of the items: 1 applied, 0 fenced off, 2
+-- refused (the schedule or the dead set is not a zset: nothing recorded, not ACKed; a
+-- reclaim retries the task)
 -- idless reports whether stream id a sorts before b. Ids are "ms-seq" in decimal without
 -- leading zeros, so the longer ms part is the later one; with ms parts of one length and
 -- ids of one length, byte order is numeric order. Plain finds and one comparison: this runs
@@ -71,8 +78,7 @@ end
 
 -- now and keep stay strings: a Lua number passed to redis.call is formatted with snprintf.
 local group, now, keep = ARGV[1], ARGV[2], ARGV[3]
-local n = tonumber(ARGV[4])
-local waiters = KEYS[6 + 3 * n]
+local waiters, slotprefix, taskprefix, streamprefix, uniqueprefix = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local waited = redis.call("EXISTS", waiters) == 1
 local function ended(id, status)
   -- pcall: a waiters key of another type costs its waiters the push, not the outcome
@@ -80,92 +86,9 @@ local function ended(id, status)
     redis.call("PUBLISH", waiters .. ":" .. id, status)
   end
 end
-local out = {}
--- applied and failed completions; the succeeded list's new entries ("MS ID")
-local applied, failed, succ = 0, 0, {}
--- entries to XACK and XDEL, per stream: one call per stream, not one per entry
-local done, streams = {}, {}
-for i = 0, n - 1 do
-  local h, stream, ukey = KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i]
-  local b = 9 + 6 * i
-  local id, eid, attempt, outcome, text = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
-  local slots
-  if #outcome > 1 then
-    slots = string.sub(outcome, 3)
-    outcome = string.sub(outcome, 1, 1)
-  end
-  -- pcall: a task key clobbered with another type is simply no longer this execution's
-  local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry")
-  -- a retry goes on the schedule, a death on the dead set, first: when that zset is of
-  -- another type nothing of the outcome is written (a record saying "retrying" that no
-  -- schedule holds would never run again), and the entry stays pending for a reclaim
-  local current = ok and is_current(t, attempt, eid)
-  if current and outcome == "r" and redis.call("HGET", h, "cancel") then outcome = "c" end
-  local refused = false
-  if current and (outcome == "r" or outcome == "d") then
-    local r
-    if outcome == "r" then r = redis.pcall("ZADD", KEYS[1], ARGV[b + 5], id) else r = redis.pcall("ZADD", KEYS[2], now, id) end
-    refused = type(r) == "table" and r.err ~= nil
-  end
-  if refused then
-    out[#out + 1] = 2
-  elseif not current then
-    out[#out + 1] = 0
-  else
-    if outcome == "s" then
-      if text == "" then
-        -- no result: the field stays absent (it reads as ""), one field less to add
-        redis.call("HSET", h, "status", "succeeded", "finished_at", now)
-      else
-        redis.call("HSET", h, "status", "succeeded", "result", text, "finished_at", now)
-      end
-      if keep ~= "0" then
-        redis.call("PEXPIRE", h, keep)
-        if ukey ~= h then redis.call("PEXPIRE", ukey, keep) end
-      end
-      succ[#succ + 1] = now .. " " .. id
-      if waited then ended(id, "succeeded") end
-    elseif outcome == "c" then
-      if text == "" then
-        redis.call("HSET", h, "status", "cancelled", "finished_at", now)
-      else
-        redis.call("HSET", h, "status", "cancelled", "error", text, "finished_at", now)
-      end
-      if keep ~= "0" then
-        redis.call("PEXPIRE", h, keep)
-        if ukey ~= h then redis.call("PEXPIRE", ukey, keep) end
-      end
-      if waited then ended(id, "cancelled") end
-    elseif outcome == "r" then
-      local at = ARGV[b + 5]
-      redis.call("HINCRBY", h, "failures", 1)
-      redis.call("HSET", h, "status", "retrying", "error", text, "run_at", at)
-      redis.pcall("ZADD", KEYS[5], at, id)
-      failed = failed + 1
-    else
-      redis.call("HINCRBY", h, "failures", 1)
-      redis.call("HSET", h, "status", "dead", "error", text, "finished_at", now)
-      failed = failed + 1
-      if waited then ended(id, "dead") end
-    end
-    applied = applied + 1
-    if slots then
-      for sc in string.gmatch(slots, "%S+") do
-        redis.pcall("SREM", KEYS[7 + 3 * n] .. sc, id)
-      end
-    end
-    local list = done[stream]
-    if not list then
-      list = {}
-      done[stream] = list
-      streams[#streams + 1] = stream
-    end
-    list[#list + 1] = eid
-    out[#out + 1] = 1
-  end
-end
-for _, stream in ipairs(streams) do
-  local ids = done[stream]
+
+-- finish removes a band's finished entries ids (XACKed first) from its stream.
+local function finish(stream, ids)
   redis.call("XACK", stream, group, unpack(ids))
   -- A group delivers in id order, so every entry older than the oldest pending one was
   -- delivered and is finished: XTRIM MINID drops those node by node, far cheaper than
@@ -188,6 +111,97 @@ for _, stream in ipairs(streams) do
     floor = nextid(newest)
   end
   redis.call("XTRIM", stream, "MINID", floor)
+end
+
+local out, nout = {}, 0
+-- applied and failed completions; the succeeded list's new entries ("MS ID")
+local applied, failed, succ, nsucc = 0, 0, {}, 0
+local at, last = 9, #ARGV
+while at < last do
+  local stream, m = streamprefix .. ARGV[at], tonumber(ARGV[at + 1])
+  at = at + 2
+  -- the group's applied entries: one XACK for them all, not one per entry
+  local done, ndone = {}, 0
+  for _ = 1, m do
+    local id, eid, attempt, outcome, text, unique = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
+    at = at + 6
+    local h = taskprefix .. id
+    local slots, runat
+    if #outcome > 1 then
+      slots = string.sub(outcome, 3)
+      outcome = string.sub(outcome, 1, 1)
+      if outcome == "r" then
+        runat, slots = string.match(slots, "^(%d+) ?(.*)$")
+      end
+      if slots == "" then slots = nil end
+    end
+    -- pcall: a task key clobbered with another type is simply no longer this execution's
+    local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry")
+    -- a retry goes on the schedule, a death on the dead set, first: when that zset is of
+    -- another type nothing of the outcome is written (a record saying "retrying" that no
+    -- schedule holds would never run again), and the entry stays pending for a reclaim
+    local current = ok and is_current(t, attempt, eid)
+    if current and outcome == "r" and redis.call("HGET", h, "cancel") then outcome = "c" end
+    local refused = false
+    if current and (outcome == "r" or outcome == "d") then
+      local r
+      if outcome == "r" then r = redis.pcall("ZADD", KEYS[1], runat, id) else r = redis.pcall("ZADD", KEYS[2], now, id) end
+      refused = type(r) == "table" and r.err ~= nil
+    end
+    nout = nout + 1
+    if refused then
+      out[nout] = 2
+    elseif not current then
+      out[nout] = 0
+    else
+      if outcome == "s" then
+        if text == "" then
+          -- no result: the field stays absent (it reads as ""), one field less to add
+          redis.call("HSET", h, "status", "succeeded", "finished_at", now)
+        else
+          redis.call("HSET", h, "status", "succeeded", "result", text, "finished_at", now)
+        end
+        if keep ~= "0" then
+          redis.call("PEXPIRE", h, keep)
+          if unique ~= "" then redis.call("PEXPIRE", uniqueprefix .. unique, keep) end
+        end
+        nsucc = nsucc + 1
+        succ[nsucc] = now .. " " .. id
+        if waited then ended(id, "succeeded") end
+      elseif outcome == "c" then
+        if text == "" then
+          redis.call("HSET", h, "status", "cancelled", "finished_at", now)
+        else
+          redis.call("HSET", h, "status", "cancelled", "error", text, "finished_at", now)
+        end
+        if keep ~= "0" then
+          redis.call("PEXPIRE", h, keep)
+          if unique ~= "" then redis.call("PEXPIRE", uniqueprefix .. unique, keep) end
+        end
+        if waited then ended(id, "cancelled") end
+      elseif outcome == "r" then
+        redis.call("HINCRBY", h, "failures", 1)
+        redis.call("HSET", h, "status", "retrying", "error", text, "run_at", runat)
+        redis.pcall("ZADD", KEYS[5], runat, id)
+        failed = failed + 1
+      else
+        redis.call("HINCRBY", h, "failures", 1)
+        redis.call("HSET", h, "status", "dead", "error", text, "finished_at", now)
+        failed = failed + 1
+        if waited then ended(id, "dead") end
+      end
+      applied = applied + 1
+      if slots then
+        for sc in string.gmatch(slots, "%S+") do
+          redis.pcall("SREM", slotprefix .. sc, id)
+        end
+      end
+      ndone = ndone + 1
+      done[ndone] = eid
+      out[nout] = 1
+    end
+  end
+  if ndone > 0 then finish(stream, done) end
 end
 if applied > 0 then
   -- The hour's hash gets its lifetime when a minute's first completion creates the

@@ -692,6 +692,69 @@ func TestCompleteOrdersStreamIDsAsNumbers(t *testing.T) {
 	}
 }
 
+// One complete call over tasks of several bands, given out of band order, one of them
+// fenced: each item's code is the item's own, and each outcome lands on its own task,
+// its stream and its unique key.
+func TestCompleteMixesBands(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.NewTask{ID: "a", Priority: 5})
+	f.enqueue(t, lua.NewTask{ID: "b", Priority: 0})
+	f.enqueue(t, lua.NewTask{ID: "c", Priority: 5, Unique: "uc"})
+	f.enqueue(t, lua.NewTask{ID: "d", Priority: 3, MaxRetries: 2})
+	f.enqueue(t, lua.NewTask{ID: "e", Priority: 3, MaxRetries: 2, Unique: "ue"})
+	got := map[string]lua.Started{}
+	for _, s := range f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 10}).Started {
+		got[s.ID] = s
+	}
+	if len(got) != 5 {
+		t.Fatalf("claimed %d of 5", len(got))
+	}
+	if err := f.rdb.HSet(f.ctx, f.q.Task("e"), "cancel", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	item := func(id string, o lua.Outcome) lua.Completion {
+		s := got[id]
+		return lua.Completion{ID: id, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Unique: s.Unique, Outcome: o,
+			Text: "t-" + id, RetryMS: f.now + 5000}
+	}
+	fenced := item("a", lua.Succeeded)
+	fenced.Attempt = 7
+	items := []lua.Completion{item("b", lua.Succeeded), fenced, item("d", lua.Retry), item("c", lua.Succeeded), item("e", lua.Retry)}
+	codes, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 60_000, Items: items})
+	want := []lua.CompleteCode{lua.CompleteApplied, lua.CompleteFenced, lua.CompleteApplied, lua.CompleteApplied, lua.CompleteApplied}
+	if err != nil || fmt.Sprint(codes) != fmt.Sprint(want) {
+		t.Fatalf("codes = %v, %v; want %v", codes, err, want)
+	}
+	for id, st := range map[string]string{"a": "running", "b": "succeeded", "c": "succeeded", "d": "retrying", "e": "cancelled"} {
+		if got := f.field(t, id, "status"); got != st {
+			t.Errorf("%s: status %q, want %q", id, got, st)
+		}
+	}
+	if r := f.field(t, "c", "result"); r != "t-c" {
+		t.Errorf("c: result %q", r)
+	}
+	if at := f.field(t, "d", "run_at"); at != fmt.Sprint(f.now+5000) {
+		t.Errorf("d: run_at %q, want %d", at, f.now+5000)
+	}
+	if s, err := f.rdb.ZScore(f.ctx, f.q.Schedule(), "d").Result(); err != nil || int64(s) != f.now+5000 {
+		t.Errorf("d: schedule score %v, %v", s, err)
+	}
+	for _, k := range []string{f.q.Unique("uc"), f.q.Unique("ue"), f.q.Task("b"), f.q.Task("e")} {
+		if ttl := f.rdb.PTTL(f.ctx, k).Val(); ttl <= 0 || ttl > time.Minute {
+			t.Errorf("%s: ttl %v, want the retention", k, ttl)
+		}
+	}
+	for band, n := range map[int]int64{0: 0, 3: 0, 5: 1} {
+		if l := f.rdb.XLen(f.ctx, f.q.Stream(band)).Val(); l != n {
+			t.Errorf("band %d: xlen %d, want %d (only the fenced execution's entry stays)", band, l, n)
+		}
+		if p := f.pending(t, band); p != n {
+			t.Errorf("band %d: pending %d, want %d", band, p, n)
+		}
+	}
+}
+
 // A receipt written before receipts were made compact (whole started rows) still
 // replays: the resent call gets its rows back, the current ones only.
 func TestResentClaimReadsWholeRowReceipt(t *testing.T) {
