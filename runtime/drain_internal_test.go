@@ -8,12 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 	"github.com/sethvargo/go-envconfig"
 
 	"github.com/dtq/dtq/client"
+	"github.com/dtq/dtq/internal/prom"
 	"github.com/dtq/dtq/internal/redistest"
 )
 
@@ -182,11 +181,7 @@ func redialingClient(t *testing.T, srv *redistest.Server) (*redis.Client, <-chan
 	return rdb, redialed
 }
 
-func counterValue(t *testing.T, c prometheus.Counter) float64 {
+func counterValue(t *testing.T, c *prom.Counter) float64 {
 	t.Helper()
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
+	return c.Value()
 }

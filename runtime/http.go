@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/dtq/dtq/internal/prom"
 )
 
 // Paths served on PORT.
@@ -34,7 +34,7 @@ func (w *Worker) Handler() http.Handler {
 		}
 		writeJSON(rw, http.StatusOK, body)
 	})
-	mux.Handle("GET "+PathMetrics, promhttp.HandlerFor(w.metrics.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET "+PathMetrics, prom.Handler(w.metrics.reg))
 	if w.cfg.Pprof && w.pprof != nil {
 		mux.Handle("GET /debug/pprof/", w.pprof)
 	}

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/dtq/dtq/internal/prom"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dtq/dtq/lua"
@@ -24,9 +24,9 @@ type leader struct {
 	token  string // the worker id
 	ttlMS  int64
 	log    *slog.Logger
-	gauge  prometheus.Gauge // dtq_worker_scheduler_leader
-	notify func(Event)      // publishes SCHEDULER_LEADER_ACQUIRED / _LOST
-	seen   func(error)      // the worker's Redis health (Worker.sawRedis)
+	gauge  *prom.Gauge // dtq_worker_scheduler_leader
+	notify func(Event) // publishes SCHEDULER_LEADER_ACQUIRED / _LOST
+	seen   func(error) // the worker's Redis health (Worker.sawRedis)
 
 	is       atomic.Bool
 	lockedAt atomic.Int64 // unix ms of the pass that last took or renewed the lock

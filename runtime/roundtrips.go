@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/dtq/dtq/internal/prom"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dtq/dtq/internal/redisconn"
@@ -17,7 +17,7 @@ import (
 // idle worker costs. It also hands every outcome to the worker's Redis health, which
 // readiness follows: no pings of its own, and one atomic load per answered command.
 type roundTrips struct {
-	c prometheus.Counter
+	c *prom.Counter
 	h *redisconn.Health
 	// down is set (unix ns) whenever a command finds Redis unreachable: the reaper
 	// holds its reclaims for a while after it (reaper.reclaimHold).

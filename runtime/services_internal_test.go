@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sethvargo/go-envconfig"
 
 	"github.com/dtq/dtq/client"
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/liveness"
+	"github.com/dtq/dtq/internal/prom"
 	"github.com/dtq/dtq/internal/redistest"
 	"github.com/dtq/dtq/lua"
 )
@@ -256,5 +256,5 @@ func takeLock(t *testing.T, l *leader, nowMS int64) bool {
 // rivalLeader is another worker's candidacy for the scheduler lock of w.
 func rivalLeader(w *Worker, token string) *leader {
 	return &leader{rdb: w.rdb, lock: w.leader.lock, token: token, ttlMS: w.leader.ttlMS, log: w.log,
-		gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rival"}), notify: func(Event) {}, seen: func(error) {}}
+		gauge: prom.NewGauge(prom.GaugeOpts{Name: "rival"}), notify: func(Event) {}, seen: func(error) {}}
 }

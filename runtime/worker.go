@@ -237,10 +237,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	bg := context.WithoutCancel(ctx)
 	// Start-up waits for nothing and puts the first fetch first: groups are created by
 	// the claim script on first use, scripts load on the first EVALSHA miss, executors
-	// start on demand, and the rest — the heartbeat, the reaper and the scheduler, the
-	// runtime metrics — begins as soon as the first fetch returned. On a cold start
-	// every first run of a code path costs page faults, and those would otherwise stand
-	// between the worker and its first task.
+	// start on demand, and the rest — the heartbeat, the reaper and the scheduler —
+	// begins as soon as the first fetch returned (the runtime metrics cost nothing
+	// until scraped). On a cold start every first run of a code path costs page
+	// faults, and those would otherwise stand between the worker and its first task.
 	_ = w.events.Start(bg)
 	_ = w.completer.Start(bg)
 	_ = w.poller.Start(bg)
@@ -253,7 +253,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	answered := w.awaitRedis(ctx)
 	w.state.Store(stateRunning)
 	_ = w.heartbeat.Start(bg) // its first pass writes at once
-	go w.metrics.addRuntimeCollectors()
 	_ = w.reaper.Start(bg)
 	_ = w.scheduler.Start(bg)
 	if answered {
