@@ -4,8 +4,6 @@ import (
 	"context"
 	"reflect"
 
-	"github.com/sethvargo/go-envconfig"
-
 	"github.com/dtq/dtq/internal/envcfg"
 )
 
@@ -19,11 +17,18 @@ type EnvVar = envcfg.Var
 // numeric one ends with its accepted range. It is derived from Config's tags.
 func EnvVars() []EnvVar { return envcfg.Vars(reflect.TypeFor[Config]()) }
 
-// LoadConfig reads the configuration from l (envconfig.OsLookuper in production,
+// Lookuper is where LoadConfig reads variables: go-envconfig's OsLookuper and
+// MapLookuper satisfy it, and so does OsLookuper here.
+type Lookuper = envcfg.Lookuper
+
+// OsLookuper reads the process's environment.
+func OsLookuper() Lookuper { return envcfg.OsLookuper() }
+
+// LoadConfig reads the configuration from l (OsLookuper in production,
 // envconfig.MapLookuper in tests): a variable not set takes its default, a set one its
 // value (0 included: DTQ_RESULT_TTL_S=0 keeps records forever); the worker id is filled
 // in when unset; then it validates the result.
-func LoadConfig(ctx context.Context, l envconfig.Lookuper) (Config, error) {
+func LoadConfig(ctx context.Context, l Lookuper) (Config, error) {
 	var c Config
 	if err := envcfg.Load(ctx, l, &c); err != nil {
 		return c, err

@@ -15,8 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sethvargo/go-envconfig"
-
 	"github.com/dtq/dtq/function"
 	"github.com/dtq/dtq/internal/logging"
 	"github.com/dtq/dtq/internal/redisconn"
@@ -32,7 +30,7 @@ func runWorker(args []string) int {
 		fmt.Fprintf(os.Stderr, "dtq worker: unexpected argument %q (configuration comes from the environment; see --help)\n", fs.Arg(0))
 		return exitUsage
 	}
-	cfg, err := runtime.LoadConfig(context.Background(), envconfig.OsLookuper())
+	cfg, err := runtime.LoadConfig(context.Background(), runtime.OsLookuper())
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dtq worker: %v\n", err)
 		return exitUsage

@@ -1,5 +1,5 @@
-// Package envcfg loads configuration structs from the environment with go-envconfig
-// and reports a bad value as an *Error naming the variable, as a one-line message.
+// Package envcfg loads configuration structs from the environment, by go-envconfig's
+// rules and tags, and reports a bad value as an *Error naming the variable, as a one-line message.
 //
 // A configuration struct describes each variable in its field's tags, and everything
 // else derives from them: the loading, the range checks and the --help table. The
@@ -27,12 +27,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/sethvargo/go-envconfig"
 )
 
 // Error names the variable a bad value came from.
@@ -72,39 +71,173 @@ func buildOptions(opts []Option) options {
 // takes its tag's default, a set one its value, even when that is zero or empty. A
 // duration with a unit tag is read in that unit and checked against its range here,
 // before it becomes a time.Duration; the items of a list are trimmed of spaces.
-func Load(ctx context.Context, l envconfig.Lookuper, target any, opts ...Option) error {
+func Load(ctx context.Context, l Lookuper, target any, opts ...Option) error {
 	return process(ctx, l, target, buildOptions(opts))
 }
 
 // Defaults sets every zero field of target (a pointer to a struct with env tags) that
 // has a default to that default, from no environment at all.
 func Defaults(target any) error {
-	return process(context.Background(), envconfig.MapLookuper(nil), target, buildOptions(nil))
+	return process(context.Background(), mapLookuper(nil), target, buildOptions(nil))
 }
 
-func process(ctx context.Context, l envconfig.Lookuper, target any, o options) error {
-	t := reflect.TypeOf(target).Elem()
-	fields := Fields(t)
-	byName := make(map[string]Field, len(fields))
-	for _, f := range fields {
-		byName[f.Var] = f
+// Lookuper is where variables come from: envconfig.OsLookuper(), envconfig.MapLookuper
+// and OsLookuper satisfy it.
+type Lookuper interface {
+	Lookup(key string) (string, bool)
+}
+
+// OsLookuper looks variables up in the process's environment.
+func OsLookuper() Lookuper { return osLookuper{} }
+
+type osLookuper struct{}
+
+func (osLookuper) Lookup(key string) (string, bool) { return os.LookupEnv(key) }
+
+// mapLookuper looks variables up in a map.
+type mapLookuper map[string]string
+
+func (m mapLookuper) Lookup(key string) (string, bool) {
+	v, ok := m[key]
+	return v, ok
+}
+
+// process fills target as go-envconfig's ProcessWith did for the tags and types these
+// structs use (env:"NAME" and env:"NAME, default=V"; strings, bools, integers,
+// floats, durations, lists and maps), with the same results and the same errors, but
+// without linking go-envconfig: it imports encoding/gob (for one interface check), and
+// gob's initialisation cost every start of the worker more than loading its
+// configuration. load_test.go runs both over the same inputs.
+func process(_ context.Context, l Lookuper, target any, o options) error {
+	v := reflect.ValueOf(target)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		panic("envcfg: target must be a pointer to a struct")
 	}
-	unitMutator := envconfig.MutatorFunc(func(_ context.Context, key, _, _, v string) (string, bool, error) {
-		f, ok := byName[key]
-		if !ok || !f.duration || v == "" {
-			return v, false, nil
+	e := v.Elem()
+	t := e.Type()
+	for _, f := range Fields(t) {
+		sf := t.Field(f.index)
+		ef := e.Field(f.index)
+		if !ef.CanSet() {
+			return nameVariable(fmt.Errorf("%s: cannot parse private fields", sf.Name), t)
 		}
-		d, err := f.decode(v, o)
-		if err != nil {
-			return "", true, err
+		if !ef.IsZero() { // a value set beforehand stays (Defaults)
+			continue
 		}
-		return strconv.FormatInt(int64(d), 10) + "ns", true, nil
+		val, found := l.Lookup(f.Var)
+		if !found {
+			if f.def == "" {
+				continue
+			}
+			val = expand(f.def, l)
+		}
+		if f.duration && val != "" {
+			d, err := f.decode(val, o)
+			if err != nil {
+				return err
+			}
+			ef.SetInt(int64(d))
+			continue
+		}
+		if err := setField(val, ef); err != nil {
+			return nameVariable(fmt.Errorf("%s: %w", sf.Name, err), t)
+		}
+	}
+	trimLists(e)
+	return nil
+}
+
+// expand resolves $VAR and ${VAR} in a default from l; \$ is a literal $ and \\ a
+// backslash.
+func expand(def string, l Lookuper) string {
+	def = strings.ReplaceAll(def, "\\\\", "\u0000")
+	def = strings.ReplaceAll(def, "\\$", "\u0008")
+	v := os.Expand(def, func(k string) string {
+		s, _ := l.Lookup(k)
+		return s
 	})
-	err := envconfig.ProcessWith(ctx, &envconfig.Config{Target: target, Lookuper: l, Mutators: []envconfig.Mutator{unitMutator}})
-	if err != nil {
-		return nameVariable(err, t)
+	v = strings.ReplaceAll(v, "\u0000", "\\")
+	return strings.ReplaceAll(v, "\u0008", "$")
+}
+
+// setField parses v into ef by its kind; an empty v leaves ef as it is.
+func setField(v string, ef reflect.Value) error {
+	if v == "" {
+		return nil
 	}
-	trimLists(reflect.ValueOf(target).Elem())
+	tf := ef.Type()
+	switch tf.Kind() {
+	case reflect.Bool:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return err
+		}
+		ef.SetBool(b)
+	case reflect.Float32, reflect.Float64:
+		f, err := strconv.ParseFloat(v, tf.Bits())
+		if err != nil {
+			return err
+		}
+		ef.SetFloat(f)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if tf == reflect.TypeFor[time.Duration]() {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return err
+			}
+			ef.SetInt(int64(d))
+			return nil
+		}
+		i, err := strconv.ParseInt(v, 0, tf.Bits())
+		if err != nil {
+			return err
+		}
+		ef.SetInt(i)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		u, err := strconv.ParseUint(v, 0, tf.Bits())
+		if err != nil {
+			return err
+		}
+		ef.SetUint(u)
+	case reflect.String:
+		ef.SetString(v)
+	case reflect.Map:
+		items := strings.Split(v, ",")
+		mp := reflect.MakeMapWithSize(tf, len(items))
+		for _, item := range items {
+			mk, mv, ok := strings.Cut(item, ":")
+			if !ok {
+				return fmt.Errorf("%s: invalid map item", item)
+			}
+			mk, mv = strings.TrimSpace(mk), strings.TrimSpace(mv)
+			k := reflect.New(tf.Key()).Elem()
+			if err := setField(mk, k); err != nil {
+				return fmt.Errorf("%s: %w", mk, err)
+			}
+			e := reflect.New(tf.Elem()).Elem()
+			if err := setField(mv, e); err != nil {
+				return fmt.Errorf("%s: %w", mv, err)
+			}
+			mp.SetMapIndex(k, e)
+		}
+		ef.Set(mp)
+	case reflect.Slice:
+		if tf.Elem().Kind() == reflect.Uint8 {
+			ef.SetBytes([]byte(v))
+			return nil
+		}
+		items := strings.Split(v, ",")
+		sl := reflect.MakeSlice(tf, len(items), len(items))
+		for i, item := range items {
+			item = strings.TrimSpace(item)
+			if err := setField(item, sl.Index(i)); err != nil {
+				return fmt.Errorf("%s: %w", item, err)
+			}
+		}
+		ef.Set(sl)
+	default:
+		panic("envcfg: " + tf.String() + " is not a type a variable can be read into")
+	}
 	return nil
 }
 

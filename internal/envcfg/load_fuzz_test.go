@@ -23,7 +23,7 @@ type sample struct {
 }
 
 // Load turns whatever the environment holds into the struct or into one *Error naming
-// the variable, on one line.
+// the variable, on one line, the same as go-envconfig did.
 func FuzzLoad(f *testing.F) {
 	f.Add("1", "0.5", "true", "1s", "a,b", "7", "k:1")
 	f.Add("x", "nan", "maybe", "forever", "", "70000", "k")
@@ -31,6 +31,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add(" 1", "0x10", "T", "1.5h2m", "a\nb", "0", "\x00:\x00")
 	f.Fuzz(func(t *testing.T, n, fl, b, d, l, u, m string) {
 		env := map[string]string{"X_N": n, "X_F": fl, "X_B": b, "X_D": d, "X_L": l, "X_U": u, "X_M": m}
+		same[sample](t, env) // as go-envconfig loads it
 		var s sample
 		err := envcfg.Load(context.Background(), envconfig.MapLookuper(env), &s)
 		if err == nil {

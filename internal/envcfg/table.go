@@ -23,7 +23,8 @@ type Field struct {
 	Bounded  bool
 
 	index    int
-	duration bool // a time.Duration read in Unit
+	def      string // the tag's default
+	duration bool   // a time.Duration read in Unit
 }
 
 // Range is "min..max", followed by the unit ("seconds", "ms", "bytes") if any.
@@ -63,8 +64,12 @@ func Fields(t reflect.Type) []Field {
 			continue
 		}
 		f := Field{Var: name, Help: sf.Tag.Get("help"), Unit: sf.Tag.Get("unit"), index: i}
-		if _, def, ok := strings.Cut(opts, "default="); ok {
-			f.Default = def
+		if o := strings.TrimLeft(opts, " "); o != "" {
+			def, ok := strings.CutPrefix(o, "default=")
+			if !ok {
+				panic("envcfg: " + t.Name() + "." + sf.Name + ": env tag option " + strconv.Quote(o) + " is not default=")
+			}
+			f.Default, f.def = def, def
 		}
 		if shown, ok := sf.Tag.Lookup("shown"); ok {
 			f.Default = shown
