@@ -21,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/dtq/dtq/internal/envcfg"
 )
@@ -336,8 +335,8 @@ func encodeSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
 	}
 	b = appendString(b, fSpanName, s.Name())
 	if k := int(s.SpanKind()); k != 0 {
-		b = protowire.AppendTag(b, fSpanKind, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(k)) // the SDK's and OTLP's kinds share numbers
+		b = pwAppendTag(b, fSpanKind, pwVarintType)
+		b = pwAppendVarint(b, uint64(k)) // the SDK's and OTLP's kinds share numbers
 	}
 	b = appendFixed64(b, fSpanStart, unixNano(s.StartTime()))
 	b = appendFixed64(b, fSpanEnd, unixNano(s.EndTime()))
@@ -345,8 +344,8 @@ func encodeSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
 		b = appendMsg(b, fSpanAttributes, encodeKV(nil, kv))
 	}
 	if n := s.DroppedAttributes(); n > 0 {
-		b = protowire.AppendTag(b, fSpanDroppedAtt, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(n))
+		b = pwAppendTag(b, fSpanDroppedAtt, pwVarintType)
+		b = pwAppendVarint(b, uint64(n))
 	}
 	for _, ev := range s.Events() {
 		var e []byte
@@ -379,12 +378,12 @@ func encodeSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
 	var sb []byte
 	sb = appendString(sb, fStatusMessage, st.Description)
 	if code != 0 {
-		sb = protowire.AppendTag(sb, fStatusCode, protowire.VarintType)
-		sb = protowire.AppendVarint(sb, code)
+		sb = pwAppendTag(sb, fStatusCode, pwVarintType)
+		sb = pwAppendVarint(sb, code)
 	}
 	b = appendMsg(b, fSpanStatus, sb)
-	b = protowire.AppendTag(b, fSpanFlags, protowire.Fixed32Type)
-	return protowire.AppendFixed32(b, flags)
+	b = pwAppendTag(b, fSpanFlags, pwFixed32Type)
+	return pwAppendFixed32(b, flags)
 }
 
 func encodeKV(b []byte, kv attribute.KeyValue) []byte {
@@ -395,16 +394,16 @@ func encodeKV(b []byte, kv attribute.KeyValue) []byte {
 func encodeValue(b []byte, v attribute.Value) []byte {
 	switch v.Type() {
 	case attribute.BOOL:
-		b = protowire.AppendTag(b, fAnyBool, protowire.VarintType)
-		return protowire.AppendVarint(b, protowire.EncodeBool(v.AsBool()))
+		b = pwAppendTag(b, fAnyBool, pwVarintType)
+		return pwAppendVarint(b, pwEncodeBool(v.AsBool()))
 	case attribute.INT64:
-		b = protowire.AppendTag(b, fAnyInt, protowire.VarintType)
-		return protowire.AppendVarint(b, uint64(v.AsInt64()))
+		b = pwAppendTag(b, fAnyInt, pwVarintType)
+		return pwAppendVarint(b, uint64(v.AsInt64()))
 	case attribute.FLOAT64:
 		return appendDouble(b, fAnyDouble, v.AsFloat64())
 	case attribute.STRING:
-		b = protowire.AppendTag(b, fAnyString, protowire.BytesType)
-		return protowire.AppendString(b, v.AsString())
+		b = pwAppendTag(b, fAnyString, pwBytesType)
+		return pwAppendString(b, v.AsString())
 	case attribute.BOOLSLICE:
 		return appendArray(b, v.AsBoolSlice(), attribute.BoolValue)
 	case attribute.INT64SLICE:
@@ -414,8 +413,8 @@ func encodeValue(b []byte, v attribute.Value) []byte {
 	case attribute.STRINGSLICE:
 		return appendArray(b, v.AsStringSlice(), attribute.StringValue)
 	default:
-		b = protowire.AppendTag(b, fAnyString, protowire.BytesType)
-		return protowire.AppendString(b, v.String())
+		b = pwAppendTag(b, fAnyString, pwBytesType)
+		return pwAppendString(b, v.String())
 	}
 }
 
@@ -434,28 +433,28 @@ func unixNano(t time.Time) uint64 {
 	return uint64(t.UnixNano())
 }
 
-func appendMsg(b []byte, num protowire.Number, msg []byte) []byte {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendBytes(b, msg)
+func appendMsg(b []byte, num pwNumber, msg []byte) []byte {
+	b = pwAppendTag(b, num, pwBytesType)
+	return pwAppendBytes(b, msg)
 }
 
-func appendBytes(b []byte, num protowire.Number, v []byte) []byte { return appendMsg(b, num, v) }
+func appendBytes(b []byte, num pwNumber, v []byte) []byte { return appendMsg(b, num, v) }
 
 // appendString omits an empty string, as proto3 does.
-func appendString(b []byte, num protowire.Number, v string) []byte {
+func appendString(b []byte, num pwNumber, v string) []byte {
 	if v == "" {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendString(b, v)
+	b = pwAppendTag(b, num, pwBytesType)
+	return pwAppendString(b, v)
 }
 
-func appendFixed64(b []byte, num protowire.Number, v uint64) []byte {
-	b = protowire.AppendTag(b, num, protowire.Fixed64Type)
-	return protowire.AppendFixed64(b, v)
+func appendFixed64(b []byte, num pwNumber, v uint64) []byte {
+	b = pwAppendTag(b, num, pwFixed64Type)
+	return pwAppendFixed64(b, v)
 }
 
-func appendDouble(b []byte, num protowire.Number, f float64) []byte {
-	b = protowire.AppendTag(b, num, protowire.Fixed64Type)
-	return protowire.AppendFixed64(b, math.Float64bits(f))
+func appendDouble(b []byte, num pwNumber, f float64) []byte {
+	b = pwAppendTag(b, num, pwFixed64Type)
+	return pwAppendFixed64(b, math.Float64bits(f))
 }
