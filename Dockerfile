@@ -7,7 +7,9 @@
 #
 # The final image is FROM scratch: the static dtq binary, the scaler's binary dtq-scaler
 # (`dtq scaler` execs it: the worker binary, started on every scale-up, stays free of
-# gRPC and starts faster), the observer's binary dtq-observer (`dtq observer` execs it), the CA bundle (for rediss:// and the scaler's TLS) and a
+# gRPC and starts faster), the observer's binary dtq-observer (`dtq observer` execs it),
+# the demo's embedded Redis dtq-miniredis (`dtq demo` starts it: the image has no
+# redis-server), the CA bundle (for rediss:// and the scaler's TLS) and a
 # passwd entry for the non-root user 65532. Nothing else: no shell, no package manager.
 # Size and cold-start figures are in deploy/README.md.
 #
@@ -27,7 +29,7 @@ RUN case " ${GOFLAGS} " in *" -mod=vendor "*) echo "modules: vendored" ;; *) go 
 
 COPY . .
 # Static (CGO_ENABLED=0), reproducible paths (-trimpath), stripped (-s -w).
-RUN go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/ ./cmd/dtq ./cmd/dtq-scaler ./cmd/dtq-observer \
+RUN go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/ ./cmd/dtq ./cmd/dtq-scaler ./cmd/dtq-observer ./cmd/dtq-miniredis \
  && mkdir -p /out/etc \
  && echo 'nonroot:x:65532:65532:nonroot:/nonexistent:/sbin/nologin' >/out/etc/passwd \
  && echo 'nonroot:x:65532:' >/out/etc/group
@@ -35,7 +37,7 @@ RUN go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/ ./cmd/dtq ./cmd
 FROM scratch
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/etc/passwd /out/etc/group /etc/
-COPY --from=build /out/dtq /out/dtq-scaler /out/dtq-observer /
+COPY --from=build /out/dtq /out/dtq-scaler /out/dtq-observer /out/dtq-miniredis /
 # Numeric, so Kubernetes' runAsNonRoot can verify it without a passwd lookup.
 USER 65532:65532
 # 8080: /healthz, /readyz, /metrics (PORT), and the observer's API; 6000: the scaler's gRPC (DTQ_SCALER_ADDR).

@@ -58,12 +58,12 @@ func runDemo(args []string) int {
 			url = srv.url
 			say("redis     started redis-server on %s (stopped when the demo ends)", srv.addr)
 		} else {
-			// No Redis at all: the embedded one (embedded.go), for this run only.
+			// No Redis at all: the embedded one (dtq-miniredis), for this run only.
 			m, err := startEmbedded()
 			if err != nil {
 				return fail("demo", err)
 			}
-			defer m.Close()
+			defer m.stop()
 			url = "redis://" + m.Addr()
 			say("redis     no redis-server on PATH: started an embedded Redis (miniredis) on %s for this run", m.Addr())
 		}

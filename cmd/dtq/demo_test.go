@@ -18,14 +18,18 @@ import (
 	"github.com/dtq/dtq/internal/syncbuf"
 )
 
-// On a machine without redis-server the demo runs on the embedded Redis and ends as it
-// does on Redis: every task finished, none lost, the killed worker's task finished by a
+// On a machine without redis-server the demo runs on the embedded Redis (dtq-miniredis,
+// found on PATH) and ends as it does on Redis: every task finished, none lost, the killed worker's task finished by a
 // peer, nothing logged at error level by the workers.
 func TestDemoWithoutRedisServer(t *testing.T) {
 	t.Parallel()
-	// PATH holds nothing: no redis-server to find (the demo starts its workers from its
-	// own executable, not from PATH).
-	env := []string{"PATH=" + t.TempDir(), "DTQ_REDIS_URL=", "DTQ_REDIS_CA_FILE="}
+	// PATH holds only dtq-miniredis: no redis-server to find (the demo starts its
+	// workers from its own executable, not from PATH).
+	dir := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", dir+"/dtq-miniredis", "github.com/dtq/dtq/cmd/dtq-miniredis").CombinedOutput(); err != nil {
+		t.Fatalf("build dtq-miniredis: %v\n%s", err, out)
+	}
+	env := []string{"PATH=" + dir, "DTQ_REDIS_URL=", "DTQ_REDIS_CA_FILE="}
 	out, errOut, code := dtq(t, env, "demo", "--tasks", "60")
 	if code != 0 {
 		t.Fatalf("demo: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
@@ -130,5 +134,34 @@ func TestDemoServesTheObserver(t *testing.T) {
 	defer rdb.Close()
 	if ks, err := rdb.Keys(context.Background(), prefix+":*").Result(); err != nil || len(ks) != 0 {
 		t.Errorf("keys left: %v %v", ks, err)
+	}
+}
+
+// Without dtq-miniredis next to dtq or on PATH, in the source tree (go run ./cmd/dtq
+// demo), the demo builds it for the run: it serves, and stopping it removes the build.
+func TestEmbeddedRedisBuiltFromTheSourceTree(t *testing.T) {
+	t.Parallel()
+	if _, err := sibling(miniredisBinary); err == nil {
+		t.Skip("dtq-miniredis is on PATH: nothing to build")
+	}
+	r, err := startEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.tmp == "" {
+		t.Fatal("no build directory: it was not built")
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	defer rdb.Close()
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		r.stop()
+		t.Fatalf("PING: %v", err)
+	}
+	r.stop()
+	if _, err := os.Stat(r.tmp); !os.IsNotExist(err) {
+		t.Fatalf("the build directory %s is still there: %v", r.tmp, err)
+	}
+	if err := rdb.Ping(context.Background()).Err(); err == nil {
+		t.Fatal("it still answers after stop")
 	}
 }

@@ -43,15 +43,18 @@ func TestImage(t *testing.T) {
 	if cfg.User != "65532:65532" || cfg.StopSignal != "SIGTERM" || !slices.Equal(cfg.Entrypoint, []string{"/dtq"}) || !slices.Equal(cfg.Cmd, []string{"worker"}) {
 		t.Errorf("image config %+v, want user 65532:65532, SIGTERM, entrypoint /dtq, cmd worker", cfg)
 	}
-	// The image is the three static binaries (dtq, and dtq-scaler and dtq-observer that
-	// `dtq scaler` and `dtq observer` exec) plus the CA bundle and passwd: under 1 MB
-	// beside them, so no base image or build leftovers crept in.
+	// The image is the four static binaries (dtq, and dtq-scaler and dtq-observer that
+	// `dtq scaler` and `dtq observer` exec, and dtq-miniredis that `dtq demo` starts)
+	// plus the CA bundle and passwd: under 1 MB beside them, so no base image or build
+	// leftovers crept in.
 	size, _ := strconv.ParseInt(os.Getenv("DTQ_TEST_IMAGE_SIZE"), 10, 64)
 	bin, scaler, observer := binarySize(t, "dtq"), binarySize(t, "dtq-scaler"), binarySize(t, "dtq-observer")
-	if size <= 0 || size-bin-scaler-observer >= 1_000_000 {
-		t.Errorf("image size %d bytes, binaries %d + %d + %d: want the binaries and under 1 MB beside them", size, bin, scaler, observer)
+	miniredis := binarySize(t, "dtq-miniredis")
+	if size <= 0 || size-bin-scaler-observer-miniredis >= 1_000_000 {
+		t.Errorf("image size %d bytes, binaries %d + %d + %d + %d: want the binaries and under 1 MB beside them", size, bin, scaler, observer, miniredis)
 	}
-	t.Logf("lifecycle: image size %.1f MB: dtq %.1f MB (the worker), dtq-scaler %.1f MB, dtq-observer %.1f MB", float64(size)/1e6, float64(bin)/1e6, float64(scaler)/1e6, float64(observer)/1e6)
+	t.Logf("lifecycle: image size %.1f MB: dtq %.1f MB (the worker), dtq-scaler %.1f MB, dtq-observer %.1f MB, dtq-miniredis %.1f MB",
+		float64(size)/1e6, float64(bin)/1e6, float64(scaler)/1e6, float64(observer)/1e6, float64(miniredis)/1e6)
 	// The one image also serves the scaler (and the CLI).
 	out2, err := exec.Command("docker", "run", "--rm", "--label", label(), image, "scaler", "--help").CombinedOutput()
 	if err != nil || !strings.Contains(string(out2), "DTQ_SCALER_ADDR") {
