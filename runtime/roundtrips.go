@@ -74,6 +74,10 @@ func newRedisHealth(w *Worker) *redisconn.Health {
 		OnChange: func(up bool) {
 			if up {
 				w.metrics.redisUp.Set(1)
+				select {
+				case w.redisUp <- struct{}{}:
+				default:
+				}
 			} else {
 				w.metrics.redisUp.Set(0)
 			}
@@ -89,21 +93,35 @@ func (w *Worker) RedisUp() bool { return w.redis.Up() }
 func (w *Worker) RedisReason() string { return w.redis.Reason() }
 
 // awaitRedis waits for Redis' first answer, and reports whether it came (false: the
-// worker was stopped, or Redis refused it for good, before that).
+// worker was stopped, or Redis refused it for good, before that). An answer while
+// Redis refuses the worker's own commands (a PING that an ACL user may send, beside a
+// claim it may not) is not one: it waits for the refusal to heal, or to become final.
 func (w *Worker) awaitRedis(ctx context.Context) bool {
 	select {
 	case <-w.redis.Answered():
-		return true
 	default:
+		select {
+		case <-w.redis.Answered():
+		case <-ctx.Done():
+			return false
+		case <-w.stop.quit:
+			return false
+		case <-w.redis.Refused():
+			return false
+		}
 	}
-	select {
-	case <-w.redis.Answered():
-		return true
-	case <-ctx.Done():
-	case <-w.stop.quit:
-	case <-w.redis.Refused():
+	for w.redis.Refusing() {
+		select {
+		case <-w.redisUp: // up since: check again
+		case <-ctx.Done():
+			return false
+		case <-w.stop.quit:
+			return false
+		case <-w.redis.Refused():
+			return false
+		}
 	}
-	return false
+	return true
 }
 
 // sawRedis feeds the worker's Redis health with the outcome of one of its own commands

@@ -79,8 +79,9 @@ type core struct {
 	defBackoff Backoff
 
 	metrics      *metrics
-	redis        *redisHealth // readiness follows it; a refusal for good ends Run
-	instrumented bool         // Options.InstrumentRedis: the hook feeds redis
+	redis        *redisHealth  // readiness follows it; a refusal for good ends Run
+	redisUp      chan struct{} // poked (cap 1) whenever redis turns up: awaitRedis waits on it
+	instrumented bool          // Options.InstrumentRedis: the hook feeds redis
 	// callTag tells this process's claim calls from those of an earlier process with
 	// the same worker id (a restart under a fixed DTQ_WORKER_ID): their receipts live
 	// 60 s, and a call of the same name would get the other's reply.
@@ -171,6 +172,7 @@ func New(o Options) (*Worker, error) {
 		w.queueNames = append(w.queueNames, q)
 	}
 	w.metrics = newMetrics(w.id)
+	w.redisUp = make(chan struct{}, 1)
 	w.redis = newRedisHealth(w)
 	w.metrics.concurrency.Set(float64(cfg.Concurrency))
 	w.events = newEvents(w.rdb, w.ks.Events(), cfg.EventsMaxLen, w.log, o.Observe, w.metrics.eventsDropped.Inc)

@@ -86,6 +86,9 @@ func (e *RefusedError) Error() string {
 // Up reports whether the latest outcome was a reply (and no refusal is under way).
 func (h *Health) Up() bool { return h.state.Load() == healthUp }
 
+// Refusing reports whether a refusal is under way (not healed, maybe not final yet).
+func (h *Health) Refusing() bool { return h.state.Load() == healthRefusing }
+
 // Answered is closed once Redis has answered a command.
 func (h *Health) Answered() <-chan struct{} { return h.answered }
 
