@@ -325,13 +325,17 @@ func startObserver(ctx context.Context, redisURL, prefix string, port int) (*obs
 }
 
 // stop ends the observer: SIGTERM, then SIGKILL after 12 s.
-func (o *observerProc) stop() {
-	_ = o.cmd.Process.Signal(syscall.SIGTERM)
+func (o *observerProc) stop() { terminate(o.cmd, o.exited, 12*time.Second) }
+
+// terminate sends cmd's process SIGTERM and waits for exited (closed when it has been
+// waited for), sending SIGKILL if it is still running after grace.
+func terminate(cmd *exec.Cmd, exited <-chan struct{}, grace time.Duration) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-o.exited:
-	case <-time.After(12 * time.Second):
-		_ = o.cmd.Process.Kill()
-		<-o.exited
+	case <-exited:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-exited
 	}
 }
 

@@ -75,13 +75,7 @@ func (r *embeddedRedis) Addr() string { return r.addr }
 
 // stop ends it (SIGTERM, then SIGKILL after 5 s) and removes what was built for it.
 func (r *embeddedRedis) stop() {
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-r.exited:
-	case <-time.After(5 * time.Second):
-		_ = r.cmd.Process.Kill()
-		<-r.exited
-	}
+	terminate(r.cmd, r.exited, 5*time.Second)
 	r.cleanup()
 }
 
