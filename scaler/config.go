@@ -48,6 +48,12 @@ type Config struct {
 	// PushMaxBlock: longest blocking read while every subscription is idle; new entries
 	// end it at once, so this only bounds how often an idle scaler resynchronises.
 	PushMaxBlock time.Duration `env:"DTQ_SCALER_PUSH_MAX_BLOCK_MS, default=5000" unit:"ms" range:"10..300000" help:"longest idle blocking read before a resync"`
+	// PushRepeat: after a StreamIsActive stream turns active, true is sent again this
+	// long after, then twice and four times as long after that, while it stays active.
+	// KEDA drops a push of true when its cached copy of the Deployment still shows
+	// replicas (a task enqueued just as KEDA scales to zero): the repeat wakes the
+	// Deployment then, instead of KEDA's next poll. 0 sends each change once.
+	PushRepeat time.Duration `env:"DTQ_SCALER_PUSH_REPEAT_MS, default=1000" unit:"ms" range:"0..60000" help:"send an active stream's true again after this, 2x and 4x later (0 = once)"`
 	// MaxQueues bounds the queues the scaler watches, since any gRPC caller may name
 	// them: the shared read behind GetMetrics and IsActive (a queue joins it once one of
 	// its keys exists; a queue with none reads as zero from one EXISTS; an existing one

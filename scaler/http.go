@@ -99,7 +99,12 @@ func (s *Scaler) registerMetrics() {
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	})
 	s.watch.pushed = func(d time.Duration) { push.Observe(d.Seconds()) }
-	s.reg.MustRegister(s.rpcs, reads, streams, pushQueues, watched, outside, push, queueCollector{s},
+	repeats := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "dtq_scaler_push_repeats_total",
+		Help: "StreamIsActive pushes of true sent again while active (DTQ_SCALER_PUSH_REPEAT_MS).",
+	})
+	s.watch.repeated = repeats.Inc
+	s.reg.MustRegister(s.rpcs, reads, streams, pushQueues, watched, outside, push, repeats, queueCollector{s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 

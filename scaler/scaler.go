@@ -91,6 +91,7 @@ func New(cfg Config, c redis.UniversalClient, o Options) (*Scaler, error) {
 	s.watch.timeout = cfg.RedisTimeout
 	s.watch.poll = cfg.PushPoll
 	s.watch.maxBlock = cfg.PushMaxBlock
+	s.watch.repeat = cfg.PushRepeat
 	s.probe = &prober{s: s}
 
 	opts := []grpc.ServerOption{

@@ -56,6 +56,12 @@ type watcher struct {
 	afterUnsubscribe atomic.Pointer[func()]
 	beforeBlock      atomic.Pointer[func()]
 
+	// repeat: an active subscription's true is sent again repeat, 3×repeat and
+	// 7×repeat after it turned active (gaps doubling; pushRepeats of them), while it stays
+	// active; 0 sends each change once. repeated, when set, counts those sends.
+	repeat   time.Duration
+	repeated func()
+
 	// pushed, when set, is told the time from the stream entry that woke the loop to the
 	// push of the subscription it made active (the dtq_scaler_push_seconds histogram).
 	pushed func(time.Duration)
@@ -84,7 +90,30 @@ type subscription struct {
 	wants   []want
 	updates chan bool // the latest activity not yet sent; only the watcher loop writes
 	last    int8      // -1 unknown, 0 idle, 1 active; only the watcher loop touches it
+	// repeats of true sent since it turned active, and when the next is due; only the
+	// watcher loop touches them
+	repeats  int
+	repeatAt time.Time
 }
+
+// send leaves active as the latest activity not yet sent to the stream.
+func (s *subscription) send(active bool) {
+	select {
+	case <-s.updates:
+	default:
+	}
+	s.updates <- active
+}
+
+// pushRepeats is how many times true is sent again after a stream turns active.
+//
+// KEDA's push handler scales from zero only when the Deployment's replicas, read from
+// its informer cache, are 0; otherwise it takes the push as "already running". A task
+// enqueued just as KEDA scales the Deployment to zero can be pushed before that cache
+// has caught up, and KEDA then waits for its next poll (pollingInterval, 30 s by
+// default). Three repeats over 7×repeat cover a cache that lags by seconds, at a cost
+// of three status writes in KEDA per activation.
+const pushRepeats = 3
 
 func newWatcher(c redis.UniversalClient, ks keys.Space, now func() time.Time, log *slog.Logger) *watcher {
 	return &watcher{c: c, ks: ks, now: now, log: log,
@@ -423,16 +452,24 @@ func (w *watcher) pass(subs []*subscription) (wake, error) {
 			// to block on its streams.
 			until = now
 		}
-		if v != s.last {
+		switch {
+		case v != s.last:
 			if active && !w.wokenAt.IsZero() && w.pushed != nil {
 				w.pushed(w.now().Sub(w.wokenAt))
 			}
 			s.last = v
-			select {
-			case <-s.updates:
-			default:
+			s.repeats, s.repeatAt = 0, now.Add(w.repeat)
+			s.send(active)
+		case active && w.repeat > 0 && s.repeats < pushRepeats && !now.Before(s.repeatAt):
+			s.repeats++
+			s.repeatAt = now.Add(w.repeat << s.repeats)
+			s.send(true)
+			if w.repeated != nil {
+				w.repeated()
 			}
-			s.updates <- active
+		}
+		if active && w.repeat > 0 && s.repeats < pushRepeats && s.repeatAt.Before(until) {
+			until = s.repeatAt
 		}
 		if active && now.Add(w.poll).Before(until) {
 			until = now.Add(w.poll)

@@ -397,6 +397,28 @@ func TestPushThroughKEDA(t *testing.T) {
 	}
 }
 
+// KEDA's push scaler hands each repeat of true to the scale loop (which scales from zero
+// on a true when its cached Deployment shows 0 replicas): three after the activation,
+// then the drain's false.
+func TestPushRepeatThroughKEDA(t *testing.T) {
+	t.Parallel()
+	e := start(t, func(c *scaler.Config) { c.PushRepeat = 50 * time.Millisecond })
+	_, ch := e.push(t, map[string]string{"queues": "repeated"}, nil)
+	if next(t, ch) {
+		t.Fatal("first push: active on an empty queue")
+	}
+	e.enqueue(t, "repeated", 0, "one", time.Now())
+	for i := range 4 {
+		if !next(t, ch) {
+			t.Fatalf("push %d after the enqueue: false, want true (the activation and three repeats)", i+1)
+		}
+	}
+	e.finish(t, "repeated", 0, e.deliver(t, "repeated", 0, 1)...)
+	if next(t, ch) {
+		t.Fatal("after the drain: true, want false")
+	}
+}
+
 func TestRedisRestartUnderPushThroughKEDA(t *testing.T) {
 	t.Parallel()
 	e := start(t, nil)
