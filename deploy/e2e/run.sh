@@ -12,6 +12,8 @@
 #              ScaledObject for the same Deployment refused by them
 #   wake       0 → 1 by push, E2E_WAKES times; the first E2E_POLLED_WAKES beside KEDA's
 #              built-in redis-streams trigger at its default polling interval
+#   repeat     a push KEDA took at one replica, the replicas then set to 0 by hand:
+#              woken by the scaler's repeat of true, not KEDA's next poll
 #   burst      1 → N: E2E_BURST tasks at zero replicas, then urgent ones (bandTargets)
 #   drain      N → 0 with work in flight, the runner SIGTERMing workers mid-task
 #   delayed    a delayed task at zero replicas wakes the Deployment scheduledLead early
@@ -120,6 +122,15 @@ watch_replicas() { # DEPLOYMENT LOG
     | while read -r n; do [ -z \"\$n\" ] || echo \"\$(date +%s%3N) \$n\"; done >'$2'"
 }
 replicas() { k -n $ns get deployment "${1:-dtq-worker}" -o jsonpath='{.spec.replicas}'; }
+# until_zero LIMIT_S WHAT: waits for dtq-worker's replicas to be 0, failing after LIMIT_S
+until_zero() {
+  local t0
+  t0=$(ms)
+  until [ "$(replicas)" = 0 ]; do
+    [ $(($(ms) - t0)) -lt $(($1 * 1000)) ] || fail "replicas $(replicas) $1 s $2, want 0"
+    sleep 0.1
+  done
+}
 # first_at LOG T0 N: the first time at or after T0 the replicas in LOG reached N or more
 first_at() { awk -v t0="$2" -v n="$3" '$1 >= t0 && $2 >= n {print $1; exit}' "$1"; }
 # until_at LOG T0 N LIMIT_MS WHAT: waits for first_at, failing after LIMIT_MS
@@ -189,7 +200,10 @@ for i in $(seq "$wakes"); do
   fi
   say "$line (task $id)"
   # no worker runs here: the task is taken off the queue by hand, the replicas set back
+  # once no read that saw it can answer KEDA any more (the scaler's answers may be
+  # DTQ_SCALER_CACHE_TTL_MS old, 1 s: a poll in that time would wake the Deployment again)
   rc --scan --pattern "$prefix:*" | xargs -r redis-cli -p "$redis_port" del >/dev/null
+  sleep 1.2
   k -n $ns scale deployment/dtq-worker --replicas 0 >/dev/null
   [ -n "$polled" ] && k -n $ns scale deployment/dtq-polled --replicas 0 >/dev/null
   if [ "$i" = "$polled_wakes" ]; then
@@ -202,6 +216,50 @@ push_line="0 → 1 by push over $(wc -l <"$dir/wakes") wakes (enqueue to spec.re
 polled_line="0 → 1 by KEDA's redis-streams trigger (pollingInterval 30 s) over $(wc -l <"$dir/polled-wakes") of those wakes, each at a random phase of its polling: p50 $(pct "$dir/polled-wakes" 50) ms, max $(pct "$dir/polled-wakes" 100) ms"
 say "$push_line"
 say "$polled_line"
+
+# ---- repeat: a push KEDA took at one replica, then the replicas set to zero -----------
+# KEDA scales from zero on a push of true only when its cached Deployment shows 0
+# replicas. Here the Deployment is at 1 when the task's push arrives (KEDA stamps the
+# ScaledObject's lastActiveTime and does nothing more), then set to 0 by hand, as a
+# scale to zero racing an enqueue would leave it. Nothing changes in Redis after that:
+# only the scaler's repeat of true (DTQ_SCALER_PUSH_REPEAT_MS, 1/3/7 s) can wake it
+# before KEDA's next poll (pollingInterval 15 s).
+metric() { curl -sf "http://127.0.0.1:$scaler_http/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+last_active() { k -n $ns get scaledobject dtq-worker -o jsonpath='{.status.lastActiveTime}'; }
+for try in 1 2 3; do
+  t_up=$(ms)
+  k -n $ns scale deployment/dtq-worker --replicas 1 >/dev/null
+  until_at "$dir/replicas.log" "$t_up" 1 10000 "scaled to 1 by hand" >/dev/null
+  la0=$(last_active) rep0=$(metric dtq_scaler_push_repeats_total)
+  t0=$(ms)
+  id=$("$dir/bin/dtq" enqueue --queue default --function noop)
+  until [ "$(last_active)" != "$la0" ]; do
+    [ $(($(ms) - t0)) -lt 10000 ] || fail "KEDA did not take the push at one replica (lastActiveTime stays $la0)"
+    sleep 0.05
+  done
+  t_took=$(ms)
+  k -n $ns scale deployment/dtq-worker --replicas 0 >/dev/null
+  t_zero=$(ms)
+  # KEDA's own poll may have set 0 before the push came (its cooldown runs from the
+  # last wake): then the push woke it the usual way, and this try shows nothing
+  if awk -v a="$t_up" -v b="$t_took" '$1 > a && $1 < b && $2 == 0 {f = 1} END {exit !f}' "$dir/replicas.log"; then
+    say "repeat: KEDA set the replicas to 0 itself before the push; again"
+    rc --scan --pattern "$prefix:*" | xargs -r redis-cli -p "$redis_port" del >/dev/null
+    sleep 1.2 # the scaler's cache (above)
+    k -n $ns scale deployment/dtq-worker --replicas 0 >/dev/null
+    continue
+  fi
+  break
+done
+tw=$(until_at "$dir/replicas.log" "$t_zero" 1 30000 "the task pushed at one replica")
+rep1=$(metric dtq_scaler_push_repeats_total)
+[ "$rep1" -gt "$rep0" ] || fail "woken $((tw - t0)) ms after the enqueue with no repeat sent (repeats $rep0 → $rep1)"
+[ $((tw - t0)) -lt 8000 ] || fail "the task pushed at one replica woke the Deployment $((tw - t0)) ms after the enqueue: not by a repeat (1/3/7 s)"
+repeat_line="a push KEDA took at one replica (lastActiveTime stamped $((t_took - t0)) ms after the enqueue), the replicas then set to 0: woken again $((tw - t0)) ms after the enqueue by the scaler's repeat of true ($((rep1 - rep0)) sent by then)"
+say "$repeat_line"
+rc --scan --pattern "$prefix:*" | xargs -r redis-cli -p "$redis_port" del >/dev/null
+sleep 1.2 # the scaler's cache (above)
+k -n $ns scale deployment/dtq-worker --replicas 0 >/dev/null
 
 # ---- the runner: a kubelet and deployment controller for dtq-worker ------------------
 # Each "pod" is a `dtq worker` process with the pod template's environment (its name in
@@ -324,8 +382,7 @@ say "$urgent_line"
 # while workers still run long ones, and the runner SIGTERMs those workers, which drain
 # (DTQ_DRAIN_TIMEOUT_S) and finish them.
 k -n $ns patch scaledobject dtq-worker --type merge -p '{"spec":{"cooldownPeriod":5,"advanced":{"horizontalPodAutoscalerConfig":{"behavior":{"scaleDown":{"stabilizationWindowSeconds":0,"policies":[{"type":"Percent","value":100,"periodSeconds":1}]}}}}}}' >/dev/null
-for _ in $(seq 600); do [ "$(replicas)" = 0 ] && break; sleep 0.1; done
-[ "$(replicas)" = 0 ] || fail "replicas $(replicas) a minute after the scale-down was shortened, want 0"
+until_zero 60 "after the scale-down was shortened"
 done_before=$((burst + urgent))
 stops_before=$(grep -c ' stop ' "$dir/runner.log" || true)
 mark "burst of $burst tasks, 1 s and 8 s"
@@ -365,12 +422,23 @@ timeline_to=$(ms)
 # worker runs to move it, so the scaler's timer must). The lead is set on the live
 # trigger (the manifest leaves the 0 s default).
 lead_ms=2000
+# KEDA rebuilds the trigger's scaler on the change: its old push stream ends, a new one
+# (with the lead) opens
+streams_ended() { curl -sf "http://127.0.0.1:$scaler_http/metrics" | awk '/^dtq_scaler_grpc_requests_total\{.*StreamIsActive/ {n += $2} END {print n + 0}'; }
+ended0=$(streams_ended)
 k -n $ns patch scaledobject dtq-worker --type json \
   -p '[{"op":"add","path":"/spec/triggers/0/metadata/scheduledLead","value":"2s"}]' >/dev/null
-sleep 2 # KEDA rebuilds the trigger's scaler and reopens its push stream
+t2=$(ms)
+until [ "$(streams_ended)" -gt "$ended0" ] && [ "$(metric dtq_scaler_push_streams)" -ge 1 ]; do
+  [ $(($(ms) - t2)) -lt 30000 ] || fail "KEDA did not reopen its push stream after scheduledLead was set"
+  sleep 0.05
+done
 [ "$(replicas)" = 0 ] || fail "replicas $(replicas) before the delayed task, want 0"
 t3=$(ms)
-delay_ms=6000
+# An idle scaler sees a new delayed task (a ZADD: no stream entry to wake its blocking
+# read) at its next resync, within DTQ_SCALER_PUSH_MAX_BLOCK_MS (5 s): due later than
+# the lead plus that, the timer is set in time.
+delay_ms=10000
 id=$("$dir/bin/dtq" enqueue --queue default --function noop --delay "${delay_ms}ms")
 due=$((t3 + delay_ms))
 tw=$(until_at "$dir/replicas.log" "$t3" 1 30000 "the delayed task")
@@ -388,13 +456,11 @@ say "$delayed_line"
 # A periodic entry with no worker running: its next tick is in the queue's cron set,
 # which the scaler's timer reads like the schedule, so each tick wakes the Deployment
 # scheduledLead early, and the worker's leader enqueues and runs it.
-for _ in $(seq 300); do [ "$(replicas)" = 0 ] && break; sleep 0.1; done
-[ "$(replicas)" = 0 ] || fail "replicas $(replicas) before the cron entry, want 0"
+until_zero 30 "before the cron entry"
 "$dir/bin/dtq" cron add --name e2e-tick --spec '@every 30s' --queue default --function noop >"$dir/cron.json"
 cron_lines=
 for tick in 1 2; do
-  for _ in $(seq 300); do [ "$(replicas)" = 0 ] && break; sleep 0.1; done
-  [ "$(replicas)" = 0 ] || fail "replicas $(replicas) before cron tick $tick, want 0"
+  until_zero 30 "before cron tick $tick"
   next=$(rc zscore "$prefix:{default}:cron" e2e-tick)
   next=${next%.*}
   [ -n "$next" ] || fail "no next tick for e2e-tick in $prefix:{default}:cron"
@@ -418,9 +484,8 @@ cron_line="cron ticks at zero replicas (@every 30s, scheduledLead $lead_ms ms): 
 # KEDA's push stream breaks; it retries (2 s, doubling). Nothing may be stranded: the
 # task waiting when the scaler comes back wakes the Deployment, and a later task wakes
 # it by push again.
-for _ in $(seq 300); do [ "$(replicas)" = 0 ] && break; sleep 0.1; done
-[ "$(replicas)" = 0 ] || fail "replicas $(replicas) before the scaler restart, want 0"
-push_streams() { curl -sf "http://127.0.0.1:$scaler_http/metrics" | awk '/^dtq_scaler_push_streams / {print $2}'; }
+until_zero 30 "before the scaler restart"
+push_streams() { metric dtq_scaler_push_streams; }
 mark "scaler killed"
 kill -KILL "$(cat "$dir/pids/dtq-scaler")"
 t5=$(ms)
@@ -437,15 +502,14 @@ done
 for _ in $(seq 600); do [ "$(push_streams)" -ge 1 ] 2>/dev/null && break; sleep 0.1; done
 t_stream=$(ms)
 [ "$(push_streams)" -ge 1 ] || fail "no push stream open a minute after the scaler's restart"
-for _ in $(seq 600); do [ "$(replicas)" = 0 ] && break; sleep 0.1; done
-[ "$(replicas)" = 0 ] || fail "replicas $(replicas) after the task, want 0"
+until_zero 60 "after the task"
 t7=$(ms)
 "$dir/bin/dtq" enqueue --queue default --function noop >/dev/null
 tw2=$(until_at "$dir/replicas.log" "$t7" 1 30000 "the first task after the restart")
 [ $((tw2 - t7)) -lt 5000 ] || fail "the first task after the restart woke the Deployment in $((tw2 - t7)) ms: not by push"
 restart_line="scaler killed (SIGKILL) at zero replicas with a task enqueued, restarted 3 s later: replicas 1 $((tw - t6)) ms after the restart, the task run once; KEDA's push stream back $((t_stream - t6)) ms after the restart; the next task woke the Deployment in $((tw2 - t7)) ms"
 say "$restart_line"
-for _ in $(seq 600); do [ "$(replicas)" = 0 ] && break; sleep 0.1; done
+until_zero 60 "after the restart's tasks"
 
 # ---- job: deploy/kubernetes/keda-job, one Job per task ------------------------------
 # The overlay's ScaledJob (an "external" trigger, polled every 10 s). A second runner
@@ -513,7 +577,7 @@ say "$job_line"
 # ---- the figures, and the timeline ---------------------------------------------------
 {
   echo "e2e figures ($(date -u +%Y-%m-%dT%H:%MZ)):"
-  for l in "$push_line" "$polled_line" "$burst_line" "$urgent_line" "$drain_line" "$delayed_line" "$cron_line" "$restart_line" "$job_line"; do
+  for l in "$push_line" "$polled_line" "$repeat_line" "$burst_line" "$urgent_line" "$drain_line" "$delayed_line" "$cron_line" "$restart_line" "$job_line"; do
     echo "  $l"
   done
 } >&2
