@@ -5,11 +5,69 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dtq/dtq/internal/redistest"
 )
 
-// passesUntil waits, on the watcher's own passes, until at least d has gone since t0:
-// what the watcher did in that time is then visible.
-func passesUntil(t *testing.T, f *fixture, t0 time.Time, d time.Duration) {
+// repeatFixture is a scaler on a clock the test moves, with one StreamIsActive stream of
+// queue whose messages arrive on msgs in order.
+type repeatFixture struct {
+	*fixture
+	clock *fakeClock
+	msgs  chan bool
+}
+
+func newRepeatFixture(t *testing.T, queue string, repeat time.Duration) *repeatFixture {
+	t.Helper()
+	srv := redistest.Shared(t)
+	cfg := testConfig(redistest.Prefix(t))
+	cfg.PushRepeat = repeat
+	cfg.PushMaxBlock = 50 * time.Millisecond // idle passes come often too
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	clock := &fakeClock{t: time.Now()}
+	f := serveWith(t, c, cfg, Options{Now: clock.now})
+	f.c = c
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := f.cli.StreamIsActive(ctx, ref("queues", queue))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := make(chan bool, 64)
+	go func() {
+		defer close(msgs)
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			msgs <- r.Result
+		}
+	}()
+	return &repeatFixture{fixture: f, clock: clock, msgs: msgs}
+}
+
+// next is the stream's next message.
+func (r *repeatFixture) next(t *testing.T, what string, want bool) {
+	t.Helper()
+	select {
+	case v, ok := <-r.msgs:
+		if !ok {
+			t.Fatalf("%s: the stream ended", what)
+		}
+		if v != want {
+			t.Fatalf("%s: %v, want %v", what, v, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s: nothing for 20 s, want %v", what, want)
+	}
+}
+
+// passes waits for n whole passes of the watcher begun after the call.
+func (r *repeatFixture) passes(t *testing.T, n int) {
 	t.Helper()
 	passed := make(chan struct{}, 1)
 	hook := func(error) {
@@ -18,83 +76,72 @@ func passesUntil(t *testing.T, f *fixture, t0 time.Time, d time.Duration) {
 		default:
 		}
 	}
-	f.s.watch.afterPass.Store(&hook)
-	defer f.s.watch.afterPass.Store(nil)
-	deadline := time.After(20 * time.Second)
-	for time.Since(t0) < d {
+	r.s.watch.afterPass.Store(&hook)
+	defer r.s.watch.afterPass.Store(nil)
+	for range n + 1 { // the first may have begun before
 		select {
 		case <-passed:
-		case <-deadline:
-			t.Fatalf("no pass of the watcher for 20 s")
-		}
-	}
-	// one whole pass begun after t0+d
-	for range 2 {
-		select {
-		case <-passed:
-		case <-deadline:
-			t.Fatalf("no pass of the watcher for 20 s")
+		case <-time.After(20 * time.Second):
+			t.Fatal("no pass of the watcher for 20 s")
 		}
 	}
 }
 
-// An active stream's true is sent again 1, 3 and 7 repeats after it turned active, and
-// no more; a stream that went idle gets no stray repeat; turning active again starts
-// the repeats afresh. (KEDA drops a true it receives while its cached Deployment still
-// shows replicas; the repeat is what wakes it then.)
+// none checks that nothing was sent by the passes that saw the clock as it is now.
+func (r *repeatFixture) none(t *testing.T, what string) {
+	t.Helper()
+	r.passes(t, 1)
+	select {
+	case v := <-r.msgs:
+		t.Fatalf("%s: %v sent, want nothing yet", what, v)
+	default:
+	}
+}
+
+func (r *repeatFixture) repeats(t *testing.T) string {
+	t.Helper()
+	return grepLines(scrape(t, r.fixture), "dtq_scaler_push_repeats_total")
+}
+
+// An active stream's true is sent again 1, 3 and 7 repeats after it turned active (on
+// the scaler's clock, not before), and no more; a stream that went idle gets no stray
+// repeat; turning active again starts the repeats afresh. (KEDA drops a true it gets
+// while its cached Deployment still shows replicas; the repeat is what wakes it then.)
 func TestActiveStreamRepeatsTrue(t *testing.T) {
 	t.Parallel()
 	const repeat = 100 * time.Millisecond
-	f := setup(t, nil, func(c *Config) { c.PushRepeat = repeat })
-	s := f.seed(t)
-	ctx, cancel := context.WithCancel(ctxT(t))
-	defer cancel()
-	stream, err := f.cli.StreamIsActive(ctx, ref("queues", "rep"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r, err := stream.Recv(); err != nil || r.Result {
-		t.Fatalf("first message = %v, %v; want false", r, err)
-	}
-	recv := func(want bool, what string) time.Time {
-		t.Helper()
-		r, err := stream.Recv()
-		if err != nil || r.Result != want {
-			t.Fatalf("%s: %v, %v; want %v", what, r, err, want)
-		}
-		return time.Now()
-	}
-	repeats := func() string {
-		return grepLines(scrape(t, f), "dtq_scaler_push_repeats_total")
-	}
+	r := newRepeatFixture(t, "rep", repeat)
+	s := r.seed(t)
+	r.next(t, "first message", false)
 
 	s.add("rep", 0, 1)
-	t0 := recv(true, "after the first task")
-	prev := t0
-	for i, gap := range []time.Duration{repeat, 2 * repeat, 4 * repeat} {
-		at := recv(true, "repeat")
-		// sent no earlier than due (the schedule counts from the pass before the read
-		// that sent the previous one, so allow that read's time)
-		if got := at.Sub(prev); got < gap*9/10 {
-			t.Errorf("repeat %d came %v after the previous true, want at least %v", i+1, got, gap)
-		}
-		prev = at
+	r.next(t, "after the first task", true)
+	at := time.Duration(0) // since the activation, on the scaler's clock
+	for i, due := range []time.Duration{repeat, 3 * repeat, 7 * repeat} {
+		r.clock.add(due - time.Millisecond - at)
+		r.none(t, "just before a repeat is due")
+		r.clock.add(time.Millisecond)
+		at = due
+		r.next(t, "repeat "+string(rune('1'+i)), true)
 	}
-	passesUntil(t, f, t0, 16*repeat) // a fourth, if any, would be due at 15×repeat
+	r.clock.add(20*repeat - at) // past where a fourth would be due if the gaps went on
+	r.passes(t, 2)
 	s.finish("rep", 0, s.deliver("rep", 0, 1)...)
-	recv(false, "after the backlog drained (no fourth repeat)")
-	if got := repeats(); got != "dtq_scaler_push_repeats_total 3" {
+	r.next(t, "after the backlog drained (no fourth repeat before it)", false)
+	if got := r.repeats(t); got != "dtq_scaler_push_repeats_total 3" {
 		t.Fatalf("repeats = %q, want 3", got)
 	}
 
-	// Active again: repeats start afresh; idle before they end: none after the false.
+	// Active again: the repeats start afresh; idle before they end: none after the false.
 	s.add("rep", 0, 1)
-	t1 := recv(true, "after the second task")
-	recv(true, "the second activation's first repeat")
+	r.next(t, "after the second task", true)
+	r.clock.add(repeat)
+	r.next(t, "the second activation's first repeat", true)
 	s.finish("rep", 0, s.deliver("rep", 0, 1)...)
-	recv(false, "after the second backlog drained")
-	passesUntil(t, f, t1, 8*repeat)
-	if got := repeats(); got != "dtq_scaler_push_repeats_total 4" {
+	r.next(t, "after the second backlog drained", false)
+	r.clock.add(20 * repeat)
+	r.none(t, "idle, past every repeat's time")
+	if got := r.repeats(t); got != "dtq_scaler_push_repeats_total 4" {
 		t.Fatalf("repeats = %q, want 4 (one repeat before the stream went idle)", got)
 	}
 }
@@ -102,24 +149,16 @@ func TestActiveStreamRepeatsTrue(t *testing.T) {
 // DTQ_SCALER_PUSH_REPEAT_MS=0 sends each change once.
 func TestPushRepeatOff(t *testing.T) {
 	t.Parallel()
-	f := setup(t, nil, nil) // PushRepeat 0
-	s := f.seed(t)
-	ctx, cancel := context.WithCancel(ctxT(t))
-	defer cancel()
-	stream, err := f.cli.StreamIsActive(ctx, ref("queues", "once"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	recvUntil(t, stream, false)
+	r := newRepeatFixture(t, "once", 0)
+	s := r.seed(t)
+	r.next(t, "first message", false)
 	s.add("once", 0, 1)
-	recvUntil(t, stream, true)
-	t0 := time.Now()
-	passesUntil(t, f, t0, 500*time.Millisecond)
+	r.next(t, "after the task", true)
+	r.clock.add(time.Minute)
+	r.none(t, "a minute on, still active")
 	s.finish("once", 0, s.deliver("once", 0, 1)...)
-	if r, err := stream.Recv(); err != nil || r.Result {
-		t.Fatalf("after the backlog drained: %v, %v; want false (no repeat)", r, err)
-	}
-	if m := scrape(t, f); !strings.Contains(m, "\ndtq_scaler_push_repeats_total 0\n") {
+	r.next(t, "after the backlog drained", false)
+	if m := scrape(t, r.fixture); !strings.Contains(m, "\ndtq_scaler_push_repeats_total 0\n") {
 		t.Fatalf("repeats: %q, want 0", grepLines(m, "dtq_scaler_push_repeats_total"))
 	}
 }
