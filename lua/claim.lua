@@ -395,9 +395,11 @@ local function take(band, eid, fields, reclaiming)
   local h = prefix .. id
   -- in the order enqueue.lua writes them: listpack lookups scan from the front
   -- (handback, read on a reclaim only, is left out: every field asked for costs a scan)
-  local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry", "function",
+  -- redis.pcall, not pcall(redis.call): no protected call of its own, and a key of another
+  -- type comes back as a table with an err field
+  local t = redis.pcall("HMGET", h, "status", "attempt", "entry", "function",
     "payload", "timeout_ms", "max_retries", "failures", "unique", "created_at")
-  if not ok then
+  if t.err then
     return reject(stream, band, eid, fields, "task record " .. id .. " is not a hash")
   end
   local status = t[1]

@@ -135,12 +135,13 @@ while at < last do
       end
       if slots == "" then slots = nil end
     end
-    -- pcall: a task key clobbered with another type is simply no longer this execution's
-    local ok, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry")
+    -- redis.pcall: a task key clobbered with another type is simply no longer this
+    -- execution's (its error table is no current record)
+    local t = redis.pcall("HMGET", h, "status", "attempt", "entry")
     -- a retry goes on the schedule, a death on the dead set, first: when that zset is of
     -- another type nothing of the outcome is written (a record saying "retrying" that no
     -- schedule holds would never run again), and the entry stays pending for a reclaim
-    local current = ok and is_current(t, attempt, eid)
+    local current = is_current(t, attempt, eid)
     if current and outcome == "r" and redis.call("HGET", h, "cancel") then outcome = "c" end
     local refused = false
     if current and (outcome == "r" or outcome == "d") then
