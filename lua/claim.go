@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -71,7 +72,6 @@ type Started struct {
 	TimeoutMS  int64
 	MaxRetries int
 	Failures   int
-	Unique     string
 	CreatedMS  int64
 	Reclaimed  bool
 	HandedOff  bool // started by the enqueue for this worker (a hand-off)
@@ -177,25 +177,44 @@ func decodeClaimCmd(a ClaimArgs, cmd *redis.Cmd) (ClaimResult, error) {
 	return decodeClaim(v)
 }
 
+// parseSpec reads a task's spec as enqueue.lua packs it: "TIMEOUT_MS MAX_RETRIES
+// CREATED_AT FUNCTION" (the function last, so that it may hold spaces). A number that
+// does not parse reads as zero.
+func parseSpec(spec string) (fn string, timeoutMS, maxRetries, createdMS int64) {
+	var n [3]int64
+	for i := range n {
+		f, rest, _ := strings.Cut(spec, " ")
+		n[i], _ = strconv.ParseInt(f, 10, 64)
+		spec = rest
+	}
+	return spec, n[0], n[1], n[2]
+}
+
 func decodeClaim(v []any) (ClaimResult, error) {
 	var r ClaimResult
 	if len(v) < 4 || len(v) > 8 { // 4 to 6: receipts written by earlier releases
 		return r, fmt.Errorf("claim: unexpected reply of %d elements", len(v))
 	}
 	for _, row := range rows(v[0]) {
-		if len(row) != 12 && len(row) != 13 {
+		var s Started
+		switch len(row) {
+		case 8, 9: // {entry, band, id, attempt, spec, payload, failures, how[, slots]}
+			fn, tmo, maxr, created := parseSpec(str(row[4]))
+			s = Started{Function: fn, Payload: str(row[5]), TimeoutMS: tmo, MaxRetries: int(maxr),
+				Failures: int(num(row[6])), CreatedMS: created}
+		case 12, 13: // a hand-off's row, and rows of receipts written by earlier releases
+			s = Started{Function: str(row[4]), Payload: str(row[5]), TimeoutMS: num(row[6]),
+				MaxRetries: int(num(row[7])), Failures: int(num(row[8])), CreatedMS: num(row[10])}
+		default:
 			return r, fmt.Errorf("claim: started row of %d fields", len(row))
 		}
-		var slots string
-		if len(row) == 13 {
-			slots = str(row[12])
+		how := num(row[len(row)-1])
+		if len(row) == 9 || len(row) == 13 {
+			s.Slots, how = str(row[len(row)-1]), num(row[len(row)-2])
 		}
-		r.Started = append(r.Started, Started{Slots: slots,
-			Entry: str(row[0]), Band: int(num(row[1])), ID: str(row[2]), Attempt: num(row[3]),
-			Function: str(row[4]), Payload: str(row[5]), TimeoutMS: num(row[6]),
-			MaxRetries: int(num(row[7])), Failures: int(num(row[8])), Unique: str(row[9]),
-			CreatedMS: num(row[10]), Reclaimed: num(row[11]) == 1, HandedOff: num(row[11]) == 2,
-		})
+		s.Entry, s.Band, s.ID, s.Attempt = str(row[0]), int(num(row[1])), str(row[2]), num(row[3])
+		s.Reclaimed, s.HandedOff = how == 1, how == 2
+		r.Started = append(r.Started, s)
 	}
 	for _, row := range rows(v[1]) {
 		if len(row) == 4 {

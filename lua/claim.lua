@@ -92,8 +92,12 @@
 -- next token, or now + CONC_RECHECK ms when its slots are full.
 --
 -- returns {started, absorbed, invalid, paused, returned, broken, throttled, recheck}
---   started:  list of {entry, band, id, attempt, function, payload, timeout_ms,
---             max_retries, failures, unique, created_at, how, slots}
+--   started:  list of {entry, band, id, attempt, spec, payload, failures, how, slots}
+--             spec: the task's start facts packed as enqueue.lua writes them,
+--             "TIMEOUT_MS MAX_RETRIES CREATED_AT FUNCTION" (a record written before
+--             specs has them built from its own fields), or, for a hand-off read from
+--             the inbox, the longer row {entry, band, id, attempt, function, payload,
+--             timeout_ms, max_retries, failures, unique, created_at, how}
 --             how: 0 a fresh delivery, 1 a reclaim, 2 a hand-off read from the inbox
 --             slots (only when the queue has limits): the concurrency scopes the task
 --             holds a slot of, space separated ("q", "f:NAME"); "" none (complete.lua
@@ -121,6 +125,18 @@ local prefix, deadkey = KEYS[12], KEYS[13]
 local RECEIPT_STRIDE = 6
 local receipt_starts, nreceipt = {}, 0
 
+-- old_spec builds the spec of task record h written before enqueue.lua packed its start
+-- facts into the field "spec" (absent there) from the fields that hold them one by one.
+local function old_spec(h)
+  local o = redis.call("HMGET", h, "timeout_ms", "max_retries", "created_at", "function")
+  return (o[1] or "0") .. " " .. (o[2] or "0") .. " " .. (o[3] or "0") .. " " .. (o[4] or "")
+end
+
+-- spec_fn is the function a spec names (after its three numbers)
+local function spec_fn(spec)
+  return string.match(spec, "^[^ ]* [^ ]* [^ ]* (.*)$") or ""
+end
+
 local receipt = redis.call("GET", KEYS[14])
 if receipt then
   -- A replay can come long after the call ran: the reply was lost, and the worker resends
@@ -145,13 +161,12 @@ if receipt then
     -- from the task's record, which a still-current start has not changed since
     for i = 1, #kept, RECEIPT_STRIDE do
       local eid, band, id, attempt, how, slots = kept[i], kept[i + 1], kept[i + 2], kept[i + 3], kept[i + 4], kept[i + 5]
-      local ok, t = pcall(redis.call, "HMGET", prefix .. id, "status", "attempt", "entry", "worker",
-        "function", "payload", "timeout_ms", "max_retries", "failures", "unique", "created_at")
-      if ok and is_current(t, tostring(attempt), eid) and t[4] == consumer then
+      local h = prefix .. id
+      local t = redis.pcall("HMGET", h, "status", "attempt", "entry", "worker", "spec", "payload", "failures")
+      if is_current(t, tostring(attempt), eid) and t[4] == consumer then
         redis.call("XCLAIM", KEYS[band + 1], group, consumer, 0, eid, "JUSTID")
-        local row = {eid, band, id, attempt, t[5] or "", t[6] or "", t[7] or "0", t[8] or "0",
-          tonumber(t[9]) or 0, t[10] or "", t[11] or "0", how}
-        if slots then row[13] = slots end
+        local row = {eid, band, id, attempt, t[5] or old_spec(h), t[6] or "", tonumber(t[7]) or 0, how}
+        if slots then row[9] = slots end
         live[#live + 1] = row
       end
     end
@@ -397,8 +412,8 @@ local function take(band, eid, fields, reclaiming)
   -- (handback, read on a reclaim only, is left out: every field asked for costs a scan)
   -- redis.pcall, not pcall(redis.call): no protected call of its own, and a key of another
   -- type comes back as a table with an err field
-  local t = redis.pcall("HMGET", h, "status", "attempt", "entry", "function",
-    "payload", "timeout_ms", "max_retries", "failures", "unique", "created_at")
+  -- spec: the start facts that never change after the enqueue, packed in one field
+  local t = redis.pcall("HMGET", h, "status", "attempt", "entry", "spec", "payload", "failures")
   if t.err then
     return reject(stream, band, eid, fields, "task record " .. id .. " is not a hash")
   end
@@ -406,26 +421,28 @@ local function take(band, eid, fields, reclaiming)
   if not status then
     return reject(stream, band, eid, fields, "unknown task " .. id)
   end
+  local spec = t[4] or old_spec(h)
   if not statuses[status] then
-    return corrupt(stream, band, eid, id, h, "status " .. quote(status) .. " is not a task status", t[4])
+    return corrupt(stream, band, eid, id, h, "status " .. quote(status) .. " is not a task status", limits and spec_fn(spec))
   end
   local attempt = 0
   if t[2] then
     attempt = small[t[2]] or count(t[2])
     if not attempt then
-      return corrupt(stream, band, eid, id, h, "attempt " .. quote(t[2]) .. " is not a count", t[4])
+      return corrupt(stream, band, eid, id, h, "attempt " .. quote(t[2]) .. " is not a count", limits and spec_fn(spec))
     end
   end
-  local failures = small[t[8]]
+  local failures = small[t[6]]
   if not failures then
-    failures = tonumber(t[8]) or 0
+    failures = tonumber(t[6]) or 0
     if failures ~= failures or failures == math.huge or failures == -math.huge then failures = 0 end
   end
   local reclaimed = 0
   local qs, fs = false, false
   if status == "queued" and an >= attempt then
     if limits then
-      qs, fs = scope(""), t[4] and t[4] ~= "" and scope(t[4])
+      local fn = spec_fn(spec)
+      qs, fs = scope(""), fn ~= "" and scope(fn)
       if allowed(qs) < 1 or allowed(fs) < 1 then
         -- over a limit: not started, set aside (pending, its task queued)
         redis.call("XCLAIM", stream, group, SETASIDE, 0, eid, "JUSTID")
@@ -447,7 +464,7 @@ local function take(band, eid, fields, reclaiming)
       ack(stream, eid)
       redis.call("HSET", h, "status", "cancelled", "finished_at", now)
       absorbed[#absorbed + 1] = {eid, band, id, "cancelled"}
-      ended(id, t[4], "cancelled")
+      ended(id, limits and spec_fn(spec), "cancelled")
       return
     end
     if hc[1] ~= tostring(attempt) then
@@ -459,7 +476,8 @@ local function take(band, eid, fields, reclaiming)
     redis.call("HINCRBY", h, "reclaims", 1)
     if limits then
       -- a started task keeps (or takes back) its slots; no new token
-      qs, fs = scope(""), t[4] and t[4] ~= "" and scope(t[4])
+      local fn = spec_fn(spec)
+      qs, fs = scope(""), fn ~= "" and scope(fn)
     end
   elseif status == "running" and t[3] == eid then
     -- The running attempt's own entry, not handed over by XAUTOCLAIM: the same delivery
@@ -475,7 +493,7 @@ local function take(band, eid, fields, reclaiming)
   local payload = t[5] or ""
   if #payload > maxpayload then
     redis.call("HSET", h, "attempt", attempt, "worker", consumer, "entry", eid)
-    return kill(stream, band, eid, id, h, "payload is " .. #payload .. " bytes, over the limit of " .. maxpayload, t[4])
+    return kill(stream, band, eid, id, h, "payload is " .. #payload .. " bytes, over the limit of " .. maxpayload, limits and spec_fn(spec))
   end
   -- the usual case: the entry is the one the task was queued with (one field less to write)
   start_task(h, digits[attempt] or attempt, consumer, now, t[3] ~= eid and eid or nil)
@@ -489,9 +507,8 @@ local function take(band, eid, fields, reclaiming)
       slots = slots_of(consume(qs, id), consume(fs, id))
     end
   end
-  local row = {eid, band, id, attempt, t[4] or "", payload, t[6] or "0",
-    t[7] or "0", failures, t[9] or "", t[10] or "0", reclaimed}
-  if limits then row[13] = slots end
+  local row = {eid, band, id, attempt, spec, payload, failures, reclaimed}
+  if limits then row[9] = slots end
   started[#started + 1] = row
   -- the receipt's part of the start (inline: this runs for every task)
   local k = nreceipt

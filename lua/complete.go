@@ -48,7 +48,6 @@ type Completion struct {
 	Entry   string
 	Band    int
 	Attempt int64
-	Unique  string
 	Outcome Outcome
 	Text    string // result on success, error otherwise
 	RetryMS int64  // when to run again (Retry)
@@ -70,7 +69,7 @@ func completeKV(a CompleteArgs) ([]string, []any, error) {
 	hour, processed, failed := keys.ThroughputFields(a.NowMS)
 	ks := []string{q.Schedule(), q.Dead(), q.Throughput(hour), q.Succeeded(), q.Retrying(),
 		q.Waiters(), q.LimitPrefix() + "run:", q.TaskPrefix(), q.StreamPrefix(), q.UniquePrefix()}
-	args := make([]any, 0, 8+2*len(a.Items)+6*len(a.Items))
+	args := make([]any, 0, 8+2*len(a.Items)+5*len(a.Items))
 	args = append(args, keys.Group, a.NowMS, a.KeepMS, len(a.Items), processed, failed,
 		ThroughputTTL.Milliseconds(), SucceededKept)
 	// the items in groups of one band each (see completeOrder), a group's items in the
@@ -92,7 +91,7 @@ func completeKV(a CompleteArgs) ([]string, []any, error) {
 			if it.Slots != "" {
 				outcome += " " + it.Slots
 			}
-			args = append(args, it.ID, it.Entry, it.Attempt, outcome, it.Text, it.Unique)
+			args = append(args, it.ID, it.Entry, it.Attempt, outcome, it.Text)
 		}
 		i = j
 	}

@@ -29,10 +29,10 @@
 -- ARGV[7]  lifetime ms of a throughput hash after its newest minute
 -- ARGV[8]  succeeded tasks kept in the succeeded list (the newest)
 -- then the items, in groups of one band each: the band (0..9), the group's item count m,
--- then 6 per item: task id, entry id, attempt,
+-- then 5 per item: task id, entry id, attempt,
 --          outcome ("s" succeeded, "r MS" retry at MS, "d" dead, "c" cancelled: the
---          worker stopped the function on a cancel request), result or error text, unique
---          key ("" none). An execution holding concurrency slots (claim.lua's slots:
+--          worker stopped the function on a cancel request), result or error text. An
+--          execution holding concurrency slots (claim.lua's slots:
 --          scopes "q" / "f:NAME") has them after its outcome, "s q f:NAME", "r MS q": an
 --          applied outcome gives them back (SREM from KEYS[7] .. scope). In the outcome,
 --          not an argument of its own: an execution without slots (and the usual
@@ -123,8 +123,8 @@ while at < last do
   -- the group's applied entries: one XACK for them all, not one per entry
   local done, ndone = {}, 0
   for _ = 1, m do
-    local id, eid, attempt, outcome, text, unique = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
-    at = at + 6
+    local id, eid, attempt, outcome, text = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
+    at = at + 5
     local h = taskprefix .. id
     local slots, runat
     if #outcome > 1 then
@@ -136,8 +136,9 @@ while at < last do
       if slots == "" then slots = nil end
     end
     -- redis.pcall: a task key clobbered with another type is simply no longer this
-    -- execution's (its error table is no current record)
-    local t = redis.pcall("HMGET", h, "status", "attempt", "entry")
+    -- execution's (its error table is no current record). The task's unique key ("" or
+    -- absent: none) is the record's own, as a finished task keeps it.
+    local t = redis.pcall("HMGET", h, "status", "attempt", "entry", "unique")
     -- a retry goes on the schedule, a death on the dead set, first: when that zset is of
     -- another type nothing of the outcome is written (a record saying "retrying" that no
     -- schedule holds would never run again), and the entry stays pending for a reclaim
@@ -164,7 +165,8 @@ while at < last do
         end
         if keep ~= "0" then
           redis.call("PEXPIRE", h, keep)
-          if unique ~= "" then redis.call("PEXPIRE", uniqueprefix .. unique, keep) end
+          local unique = t[4]
+          if unique and unique ~= "" then redis.call("PEXPIRE", uniqueprefix .. unique, keep) end
         end
         nsucc = nsucc + 1
         succ[nsucc] = now .. " " .. id
@@ -177,7 +179,8 @@ while at < last do
         end
         if keep ~= "0" then
           redis.call("PEXPIRE", h, keep)
-          if unique ~= "" then redis.call("PEXPIRE", uniqueprefix .. unique, keep) end
+          local unique = t[4]
+          if unique and unique ~= "" then redis.call("PEXPIRE", uniqueprefix .. unique, keep) end
         end
         if waited then ended(id, "cancelled") end
       elseif outcome == "r" then

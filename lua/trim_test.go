@@ -23,7 +23,7 @@ func (f *fixture) kill(t *testing.T, id, unique string, diedMS int64) {
 		t.Fatalf("claim of %s = %+v", id, s)
 	}
 	ok, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: diedMS, KeepMS: 0, Items: []lua.Completion{{ID: id, Entry: s[0].Entry, Band: s[0].Band,
-		Attempt: s[0].Attempt, Unique: unique, Outcome: lua.Dead, Text: "boom"}}})
+		Attempt: s[0].Attempt, Outcome: lua.Dead, Text: "boom"}}})
 
 	if err != nil || ok[0] != lua.CompleteApplied {
 		t.Fatalf("complete %s dead: %v %v", id, ok, err)

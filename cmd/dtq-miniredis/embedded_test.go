@@ -199,7 +199,7 @@ func TestEmbeddedRunsEveryScript(t *testing.T) {
 		}
 		// A retry goes to the schedule, the scheduler puts it back on its stream.
 		if ok, err := lua.Complete.Run(ctx, rdb, lua.CompleteArgs{Queue: q, NowMS: now, KeepMS: 60000, Items: []lua.Completion{{ID: "a", Entry: held.Entry, Band: 3,
-			Attempt: 1, Unique: "ua", Outcome: lua.Retry, Text: "boom", RetryMS: now}}}); err != nil || ok[0] != lua.CompleteApplied {
+			Attempt: 1, Outcome: lua.Retry, Text: "boom", RetryMS: now}}}); err != nil || ok[0] != lua.CompleteApplied {
 			t.Fatalf("complete (retry): %v %v", ok, err)
 		}
 		sc, err := lua.SchedClaim.Run(ctx, rdb, lua.SchedClaimArgs{Queue: q, NowMS: now, Limit: 10, StaleMS: now - 60000})
@@ -223,7 +223,7 @@ func TestEmbeddedRunsEveryScript(t *testing.T) {
 			t.Fatalf("touch of a reclaimed task: %v %v, want fenced", ok, err)
 		}
 		if ok, err := lua.Complete.Run(ctx, rdb, lua.CompleteArgs{Queue: q, NowMS: now, KeepMS: 60000, Items: []lua.Completion{{ID: "a", Entry: third.Started[0].Entry, Band: 3,
-			Attempt: 3, Unique: "ua", Outcome: lua.Dead, Text: "gave up"}}}); err != nil || ok[0] != lua.CompleteApplied {
+			Attempt: 3, Outcome: lua.Dead, Text: "gave up"}}}); err != nil || ok[0] != lua.CompleteApplied {
 			t.Fatalf("complete (dead): %v %v", ok, err)
 		}
 		if st := rdb.HGet(ctx, q.Task("a"), "status").Val(); st != "dead" {
@@ -273,7 +273,7 @@ func TestEmbeddedRunsEveryScript(t *testing.T) {
 			t.Fatalf("claim of c: %+v", c)
 		}
 		if ok, err := lua.Complete.Run(ctx, rdb, lua.CompleteArgs{Queue: q, NowMS: now, KeepMS: 60000, Items: []lua.Completion{{ID: "c", Entry: c.Started[0].Entry,
-			Attempt: c.Started[0].Attempt, Unique: "uc", Outcome: lua.Dead, Text: "gave up"}}}); err != nil || ok[0] != lua.CompleteApplied {
+			Attempt: c.Started[0].Attempt, Outcome: lua.Dead, Text: "gave up"}}}); err != nil || ok[0] != lua.CompleteApplied {
 			t.Fatalf("complete c (dead): %v %v", ok, err)
 		}
 		if r, err := lua.TrimDead.Run(ctx, rdb, lua.TrimDeadArgs{Queue: q, NowMS: now + 1, TTLMS: 1, Limit: 10}); err != nil || r.Trimmed != 1 {

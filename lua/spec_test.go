@@ -1,0 +1,89 @@
+package lua_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dtq/dtq/lua"
+)
+
+// A claim starts a task from its packed spec, and a record written before enqueue.lua
+// packed one (no "spec" field: one already in Redis at an upgrade) starts the same, from
+// the fields that hold the facts one by one: fresh, within a function's limit, and
+// replayed from its receipt.
+func TestClaimReadsRecordsWithoutSpec(t *testing.T) {
+	t.Parallel()
+	for _, limited := range []bool{false, true} {
+		t.Run(fmt.Sprintf("limits=%v", limited), func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			if limited {
+				f.setLimit(t, "send mail", "conc=5")
+			}
+			for _, id := range []string{"new", "old"} {
+				f.enqueue(t, lua.NewTask{ID: id, Function: "send mail", Payload: []byte("p-" + id),
+					Priority: 3, MaxRetries: 7, TimeoutMS: 1234, Unique: "u-" + id})
+			}
+			if f.field(t, "new", "spec") != fmt.Sprintf("1234 7 %d send mail", f.now) {
+				t.Fatalf("spec %q", f.field(t, "new", "spec"))
+			}
+			if err := f.rdb.HDel(f.ctx, f.q.Task("old"), "spec").Err(); err != nil {
+				t.Fatal(err)
+			}
+			first := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 2, Call: "w.1"})
+			if len(first.Started) != 2 {
+				t.Fatalf("claim = %+v", first)
+			}
+			slots := ""
+			if limited {
+				slots = "f:send mail"
+			}
+			for _, s := range first.Started {
+				want := lua.Started{Entry: s.Entry, Band: 3, ID: s.ID, Attempt: 1, Function: "send mail",
+					Payload: "p-" + s.ID, TimeoutMS: 1234, MaxRetries: 7, CreatedMS: f.now, Slots: slots}
+				if s != want {
+					t.Fatalf("started %+v, want %+v", s, want)
+				}
+			}
+			again := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 2, Call: "w.1"})
+			if fmt.Sprint(again.Started) != fmt.Sprint(first.Started) {
+				t.Fatalf("replay = %+v, want %+v", again.Started, first.Started)
+			}
+		})
+	}
+}
+
+// A completion expires the unique key its task's record holds when it finishes, not one
+// the task held at its claim: a key passed on meanwhile (the record's field cleared, as
+// enqueue.lua does for a reused key) is the new holder's and keeps no retention.
+func TestCompleteExpiresTheRecordsUniqueKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.NewTask{ID: "a", Unique: "ka"})
+	f.enqueue(t, lua.NewTask{ID: "b", Unique: "kb"})
+	s := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 2}).Started
+	if len(s) != 2 {
+		t.Fatalf("claim = %+v", s)
+	}
+	if err := f.rdb.HSet(f.ctx, f.q.Task("b"), "unique", "").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.Set(f.ctx, f.q.Unique("kb"), "c", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var items []lua.Completion
+	for _, x := range s {
+		items = append(items, lua.Completion{ID: x.ID, Entry: x.Entry, Band: x.Band, Attempt: x.Attempt, Outcome: lua.Succeeded})
+	}
+	codes, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 60000, Items: items})
+	if err != nil || codes[0] != lua.CompleteApplied || codes[1] != lua.CompleteApplied {
+		t.Fatalf("complete: %v %v", codes, err)
+	}
+	if ttl := f.rdb.PTTL(f.ctx, f.q.Unique("ka")).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("a's unique key ttl %v, want the retention", ttl)
+	}
+	if ttl := f.rdb.PTTL(f.ctx, f.q.Unique("kb")).Val(); ttl != -1 {
+		t.Fatalf("the key b passed on has ttl %v, want none", ttl)
+	}
+}
