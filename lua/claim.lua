@@ -118,12 +118,14 @@ local minidle, queue = tonumber(ARGV[7]), ARGV[8]
 local maxid, lapsedmax = tonumber(ARGV[13]), ARGV[14]
 local prefix, deadkey = KEYS[12], KEYS[13]
 
--- A receipt keeps, for each start, its entry, band, task id, attempt, how and slots
--- (false: the queue has no limits), not the whole started row: packing every row with
--- its payload cost more than the start itself, and a replay is rare. The rest of the
--- reply is kept as it is.
+-- A receipt keeps, for each start, its entry, band, task id, attempt, how and slots, not
+-- the whole started row: packing every row with its payload cost more than the start
+-- itself, and a replay is rare. It is built from the started rows once the call is done
+-- (see the end of this script), as text when it can be: one string
+-- "ENTRY{BAND{ATTEMPT{HOW{ID" a start, joined by "}" (a call without limits, whose task
+-- ids hold no brace: claim.lua starts no other from an entry); else flat, RECEIPT_STRIDE
+-- values a start, slots false without limits. The rest of the reply is kept as it is.
 local RECEIPT_STRIDE = 6
-local receipt_starts, nreceipt = {}, 0
 
 -- old_spec builds the spec of task record h written before enqueue.lua packed its start
 -- facts into the field "spec" (absent there) from the fields that hold them one by one.
@@ -147,7 +149,23 @@ if receipt then
   local out = cmsgpack.unpack(receipt)
   local live = {}
   local kept = out[1]
-  if type(kept[1]) == "table" then
+  if type(kept) == "string" then
+    -- text (see the top): the row is rebuilt from the task's record, which a
+    -- still-current start has not changed since
+    for rec in string.gmatch(kept, "[^}]+") do
+      local eid, band, attempt, how, id = string.match(rec, "^([^{]*){(%d){(%d+){(%d){(.*)$")
+      if eid then
+        local h = prefix .. id
+        local t = redis.pcall("HMGET", h, "status", "attempt", "entry", "worker", "spec", "payload", "failures")
+        if is_current(t, attempt, eid) and t[4] == consumer then
+          band = tonumber(band)
+          redis.call("XCLAIM", KEYS[band + 1], group, consumer, 0, eid, "JUSTID")
+          live[#live + 1] = {eid, band, id, tonumber(attempt), t[5] or old_spec(h), t[6] or "",
+            tonumber(t[7]) or 0, tonumber(how)}
+        end
+      end
+    end
+  elseif type(kept[1]) == "table" then
     -- a receipt holding whole started rows (written before receipts were made compact)
     for _, s in ipairs(kept) do
       local ok, t = pcall(redis.call, "HMGET", prefix .. s[3], "status", "attempt", "entry", "worker")
@@ -202,6 +220,8 @@ do
 end
 
 local started, absorbed, invalid, returned, broken = {}, {}, {}, {}, {}
+-- false once a start's task id holds a brace: its receipt is not text (see the top)
+local textreceipt = true
 -- the entries the caller runs now, "band entry": a reclaim leaves them to it (its process
 -- may have stalled between touching them and this call; they are not a silent worker's)
 local holds = {}
@@ -510,11 +530,6 @@ local function take(band, eid, fields, reclaiming)
   local row = {eid, band, id, attempt, spec, payload, failures, reclaimed}
   if limits then row[9] = slots end
   started[#started + 1] = row
-  -- the receipt's part of the start (inline: this runs for every task)
-  local k = nreceipt
-  receipt_starts[k + 1], receipt_starts[k + 2], receipt_starts[k + 3] = eid, band, id
-  receipt_starts[k + 4], receipt_starts[k + 5], receipt_starts[k + 6] = attempt, reclaimed, limits and slots
-  nreceipt = k + RECEIPT_STRIDE
 end
 
 -- putback returns an entry delivered while the queue is paused to its stream unstarted:
@@ -585,10 +600,7 @@ if redis.call("EXISTS", inbox) == 1 then
             redis.call("HSET", h, "handback", "")
             started[#started + 1] = {f.e, band, f.i, tonumber(f.a), f.f or "", f.p or "",
               f.t or "0", f.m or "0", tonumber(t[5]) or 0, f.u or "", f.c or "0", 2}
-            local k = nreceipt
-            receipt_starts[k + 1], receipt_starts[k + 2], receipt_starts[k + 3] = f.e, band, f.i
-            receipt_starts[k + 4], receipt_starts[k + 5], receipt_starts[k + 6] = tonumber(f.a), 2, false
-            nreceipt = k + RECEIPT_STRIDE
+            if not tonumber(f.a) or string.find(f.i, "[{}]") then textreceipt = false end
           end
         end
       end
@@ -771,8 +783,29 @@ end
 
 local out = {started, absorbed, invalid, paused, returned, broken, throttled, recheck}
 if #started + #absorbed + #invalid + #returned > 0 then
+  -- the starts as the top says: a row's how is its last value (8 values, or a hand-off's
+  -- 12), or the one before its slots (9)
+  local kept
+  if textreceipt and not limits then
+    local parts, bands = {}, {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
+    for i, row in ipairs(started) do
+      local a, how = row[4], row[#row]
+      parts[i] = row[1] .. "{" .. bands[row[2] + 1] .. "{" .. (digits[a] or string.format("%d", a)) .. "{" ..
+        (how == 0 and "0" or how == 1 and "1" or "2") .. "{" .. row[3]
+    end
+    kept = table.concat(parts, "}")
+  else
+    kept = {}
+    for i, row in ipairs(started) do
+      local n, k = #row, (i - 1) * RECEIPT_STRIDE
+      local how, slots = row[n], false
+      if n == 9 then how, slots = row[8], row[9] end
+      kept[k + 1], kept[k + 2], kept[k + 3] = row[1], row[2], row[3]
+      kept[k + 4], kept[k + 5], kept[k + 6] = row[4], how, slots
+    end
+  end
   -- MessagePack, not JSON: JSON formats every number with snprintf, a real cost per task
-  local ok, enc = pcall(cmsgpack.pack, {receipt_starts, absorbed, invalid, paused, returned, broken, throttled, recheck})
+  local ok, enc = pcall(cmsgpack.pack, {kept, absorbed, invalid, paused, returned, broken, throttled, recheck})
   if ok then redis.call("SET", KEYS[14], enc, "PX", ARGV[11]) end
 end
 return out

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dtq/dtq/lua"
 )
 
@@ -86,4 +88,52 @@ func TestCompleteExpiresTheRecordsUniqueKey(t *testing.T) {
 	if ttl := f.rdb.PTTL(f.ctx, f.q.Unique("kb")).Val(); ttl != -1 {
 		t.Fatalf("the key b passed on has ttl %v, want none", ttl)
 	}
+}
+
+// A receipt written by the previous release (flat: entry, band, id, attempt, how, slots
+// of each start) still replays, as does one of a call that started a hand-off whose task
+// id holds a brace (kept flat: the text receipt separates with braces).
+func TestResentClaimReadsFlatReceipts(t *testing.T) {
+	const receiptKind = `return type(cmsgpack.unpack(redis.call("GET", KEYS[1]))[1])`
+	t.Parallel()
+	t.Run("previous release", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		f.enqueue(t, lua.NewTask{ID: "o1", Payload: []byte("p1"), Priority: 2})
+		first := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1, Call: "w.1"})
+		if len(first.Started) != 1 {
+			t.Fatalf("claim = %+v", first)
+		}
+		s := first.Started[0]
+		if k, err := f.rdb.Eval(f.ctx, receiptKind, []string{f.q.Receipt("w.1")}).Result(); err != nil || k != "string" {
+			t.Fatalf("receipt's starts are a %v (%v), want text", k, err)
+		}
+		old := `redis.call("SET", KEYS[1], cmsgpack.pack({{ARGV[1], 2, "o1", 1, 0, false},
+			{}, {}, 0, {}, {}, 0, 0}), "PX", 60000)`
+		if err := f.rdb.Eval(f.ctx, old, []string{f.q.Receipt("w.1")}, s.Entry).Err(); err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+		again := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1, Call: "w.1"})
+		if fmt.Sprint(again.Started) != fmt.Sprint(first.Started) {
+			t.Fatalf("replay of a flat receipt = %+v, want %+v", again.Started, first.Started)
+		}
+	})
+	t.Run("braced hand-off", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		f.register(t, "w")
+		f.enqueue(t, lua.NewTask{ID: "a{b}", Payload: []byte("p")})
+		f.enqueue(t, lua.NewTask{ID: "c"})
+		first := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1, Call: "w.1"})
+		if len(first.Started) != 2 || !first.Started[0].HandedOff || first.Started[0].ID != "a{b}" {
+			t.Fatalf("claim = %+v, want c and the hand-off of a{b}", first.Started)
+		}
+		if k, err := f.rdb.Eval(f.ctx, receiptKind, []string{f.q.Receipt("w.1")}).Result(); err != nil || k != "table" {
+			t.Fatalf("receipt's starts are a %v (%v), want a table", k, err)
+		}
+		again := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1, Call: "w.1"})
+		if fmt.Sprint(again.Started) != fmt.Sprint(first.Started) {
+			t.Fatalf("replay = %+v, want %+v", again.Started, first.Started)
+		}
+	})
 }
