@@ -198,17 +198,23 @@ func decodeClaim(v []any) (ClaimResult, error) {
 	for _, row := range rows(v[0]) {
 		var s Started
 		switch len(row) {
-		case 8, 9: // {entry, band, id, attempt, spec, payload, failures, how[, slots]}
+		case 6, 8, 9: // {entry, band, id, attempt, spec, payload[, failures, how[, slots]]}
 			fn, tmo, maxr, created := parseSpec(str(row[4]))
 			s = Started{Function: fn, Payload: str(row[5]), TimeoutMS: tmo, MaxRetries: int(maxr),
-				Failures: int(num(row[6])), CreatedMS: created}
+				CreatedMS: created}
+			if len(row) > 6 {
+				s.Failures = int(num(row[6]))
+			}
 		case 12, 13: // a hand-off's row, and rows of receipts written by earlier releases
 			s = Started{Function: str(row[4]), Payload: str(row[5]), TimeoutMS: num(row[6]),
 				MaxRetries: int(num(row[7])), Failures: int(num(row[8])), CreatedMS: num(row[10])}
 		default:
 			return r, fmt.Errorf("claim: started row of %d fields", len(row))
 		}
-		how := num(row[len(row)-1])
+		var how int64
+		if len(row) != 6 {
+			how = num(row[len(row)-1])
+		}
 		if len(row) == 9 || len(row) == 13 {
 			s.Slots, how = str(row[len(row)-1]), num(row[len(row)-2])
 		}

@@ -93,6 +93,7 @@
 --
 -- returns {started, absorbed, invalid, paused, returned, broken, throttled, recheck}
 --   started:  list of {entry, band, id, attempt, spec, payload, failures, how, slots}
+--             (failures and how only when either is not 0 or the queue has limits)
 --             spec: the task's start facts packed as enqueue.lua writes them,
 --             "TIMEOUT_MS MAX_RETRIES CREATED_AT FUNCTION" (a record written before
 --             specs has them built from its own fields), or, for a hand-off read from
@@ -527,8 +528,13 @@ local function take(band, eid, fields, reclaiming)
       slots = slots_of(consume(qs, id), consume(fs, id))
     end
   end
-  local row = {eid, band, id, attempt, spec, payload, failures, reclaimed}
-  if limits then row[9] = slots end
+  -- the usual start (fresh, no failures, no limits) leaves failures and how out: two
+  -- values less a task for the reply
+  local row = {eid, band, id, attempt, spec, payload}
+  if failures ~= 0 or reclaimed ~= 0 or limits then
+    row[7], row[8] = failures, reclaimed
+    if limits then row[9] = slots end
+  end
   started[#started + 1] = row
 end
 
@@ -783,13 +789,14 @@ end
 
 local out = {started, absorbed, invalid, paused, returned, broken, throttled, recheck}
 if #started + #absorbed + #invalid + #returned > 0 then
-  -- the starts as the top says: a row's how is its last value (8 values, or a hand-off's
-  -- 12), or the one before its slots (9)
+  -- the starts as the top says: a row's how is 0 (6 values), its last value (8, or a
+  -- hand-off's 12), or the one before its slots (9)
   local kept
   if textreceipt and not limits then
     local parts, bands = {}, {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
     for i, row in ipairs(started) do
-      local a, how = row[4], row[#row]
+      local n, a = #row, row[4]
+      local how = n ~= 6 and row[n] or 0
       parts[i] = row[1] .. "{" .. bands[row[2] + 1] .. "{" .. (digits[a] or string.format("%d", a)) .. "{" ..
         (how == 0 and "0" or how == 1 and "1" or "2") .. "{" .. row[3]
     end
@@ -799,7 +806,7 @@ if #started + #absorbed + #invalid + #returned > 0 then
     for i, row in ipairs(started) do
       local n, k = #row, (i - 1) * RECEIPT_STRIDE
       local how, slots = row[n], false
-      if n == 9 then how, slots = row[8], row[9] end
+      if n == 9 then how, slots = row[8], row[9] elseif n == 6 then how = 0 end
       kept[k + 1], kept[k + 2], kept[k + 3] = row[1], row[2], row[3]
       kept[k + 4], kept[k + 5], kept[k + 6] = row[4], how, slots
     end
