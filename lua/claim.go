@@ -73,8 +73,11 @@ type Started struct {
 	MaxRetries int
 	Failures   int
 	CreatedMS  int64
-	Reclaimed  bool
-	HandedOff  bool // started by the enqueue for this worker (a hand-off)
+	// HasUnique: the task was given a unique key, which it may hold still
+	// (Completion.Unique); false: it holds none.
+	HasUnique bool
+	Reclaimed bool
+	HandedOff bool // started by the enqueue for this worker (a hand-off)
 	// Slots: the concurrency-limit scopes ("q", "f:NAME", space separated) whose slot
 	// the task holds; "" none. Completion.Slots gives them back.
 	Slots string
@@ -178,16 +181,16 @@ func decodeClaimCmd(a ClaimArgs, cmd *redis.Cmd) (ClaimResult, error) {
 }
 
 // parseSpec reads a task's spec as enqueue.lua packs it: "TIMEOUT_MS MAX_RETRIES
-// CREATED_AT FUNCTION" (the function last, so that it may hold spaces). A number that
-// does not parse reads as zero.
-func parseSpec(spec string) (fn string, timeoutMS, maxRetries, createdMS int64) {
-	var n [3]int64
+// CREATED_AT UNIQUE FUNCTION" (the function last, so that it may hold spaces; UNIQUE 1
+// or 0). A number that does not parse reads as zero.
+func parseSpec(spec string) (fn string, timeoutMS, maxRetries, createdMS int64, unique bool) {
+	var n [4]int64
 	for i := range n {
 		f, rest, _ := strings.Cut(spec, " ")
 		n[i], _ = strconv.ParseInt(f, 10, 64)
 		spec = rest
 	}
-	return spec, n[0], n[1], n[2]
+	return spec, n[0], n[1], n[2], n[3] != 0
 }
 
 func decodeClaim(v []any) (ClaimResult, error) {
@@ -199,15 +202,16 @@ func decodeClaim(v []any) (ClaimResult, error) {
 		var s Started
 		switch len(row) {
 		case 6, 8, 9: // {entry, band, id, attempt, spec, payload[, failures, how[, slots]]}
-			fn, tmo, maxr, created := parseSpec(str(row[4]))
+			fn, tmo, maxr, created, unique := parseSpec(str(row[4]))
 			s = Started{Function: fn, Payload: str(row[5]), TimeoutMS: tmo, MaxRetries: int(maxr),
-				CreatedMS: created}
+				CreatedMS: created, HasUnique: unique}
 			if len(row) > 6 {
 				s.Failures = int(num(row[6]))
 			}
 		case 12, 13: // a hand-off's row, and rows of receipts written by earlier releases
 			s = Started{Function: str(row[4]), Payload: str(row[5]), TimeoutMS: num(row[6]),
-				MaxRetries: int(num(row[7])), Failures: int(num(row[8])), CreatedMS: num(row[10])}
+				MaxRetries: int(num(row[7])), Failures: int(num(row[8])), CreatedMS: num(row[10]),
+				HasUnique: str(row[9]) != ""}
 		default:
 			return r, fmt.Errorf("claim: started row of %d fields", len(row))
 		}

@@ -95,7 +95,7 @@
 --   started:  list of {entry, band, id, attempt, spec, payload, failures, how, slots}
 --             (failures and how only when either is not 0 or the queue has limits)
 --             spec: the task's start facts packed as enqueue.lua writes them,
---             "TIMEOUT_MS MAX_RETRIES CREATED_AT FUNCTION" (a record written before
+--             "TIMEOUT_MS MAX_RETRIES CREATED_AT UNIQUE FUNCTION" (a record written before
 --             specs has them built from its own fields), or, for a hand-off read from
 --             the inbox, the longer row {entry, band, id, attempt, function, payload,
 --             timeout_ms, max_retries, failures, unique, created_at, how}
@@ -131,13 +131,14 @@ local RECEIPT_STRIDE = 6
 -- old_spec builds the spec of task record h written before enqueue.lua packed its start
 -- facts into the field "spec" (absent there) from the fields that hold them one by one.
 local function old_spec(h)
-  local o = redis.call("HMGET", h, "timeout_ms", "max_retries", "created_at", "function")
-  return (o[1] or "0") .. " " .. (o[2] or "0") .. " " .. (o[3] or "0") .. " " .. (o[4] or "")
+  local o = redis.call("HMGET", h, "timeout_ms", "max_retries", "created_at", "unique", "function")
+  return (o[1] or "0") .. " " .. (o[2] or "0") .. " " .. (o[3] or "0") ..
+    ((o[4] or "") ~= "" and " 1 " or " 0 ") .. (o[5] or "")
 end
 
--- spec_fn is the function a spec names (after its three numbers)
+-- spec_fn is the function a spec names (after its four numbers)
 local function spec_fn(spec)
-  return string.match(spec, "^[^ ]* [^ ]* [^ ]* (.*)$") or ""
+  return string.match(spec, "^[^ ]* [^ ]* [^ ]* [^ ]* (.*)$") or ""
 end
 
 local receipt = redis.call("GET", KEYS[14])

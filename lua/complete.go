@@ -48,6 +48,9 @@ type Completion struct {
 	Entry   string
 	Band    int
 	Attempt int64
+	// Unique: the task may hold a unique key (Started.HasUnique): a success or cancel
+	// gives the key the record's retention. False: the key is not looked up.
+	Unique  bool
 	Outcome Outcome
 	Text    string // result on success, error otherwise
 	RetryMS int64  // when to run again (Retry)
@@ -84,7 +87,11 @@ func completeKV(a CompleteArgs) ([]string, []any, error) {
 		args = append(args, band, j-i)
 		for _, k := range order[i:j] {
 			it := a.Items[k]
-			outcome := string(rune(it.Outcome))
+			o := it.Outcome
+			if it.Unique {
+				o -= 'a' - 'A' // the outcome's capital: the task may hold a unique key
+			}
+			outcome := string(rune(o))
 			if it.Outcome == Retry {
 				outcome += " " + strconv.FormatInt(it.RetryMS, 10)
 			}

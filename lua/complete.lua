@@ -31,8 +31,9 @@
 -- then the items, in groups of one band each: the band (0..9), the group's item count m,
 -- then 5 per item: task id, entry id, attempt,
 --          outcome ("s" succeeded, "r MS" retry at MS, "d" dead, "c" cancelled: the
---          worker stopped the function on a cancel request), result or error text. An
---          execution holding concurrency slots (claim.lua's slots:
+--          worker stopped the function on a cancel request; in capitals, "S", "R MS", …,
+--          when the task may hold a unique key: only then is it looked up), result or
+--          error text. An execution holding concurrency slots (claim.lua's slots:
 --          scopes "q" / "f:NAME") has them after its outcome, "s q f:NAME", "r MS q": an
 --          applied outcome gives them back (SREM from KEYS[7] .. scope). In the outcome,
 --          not an argument of its own: an execution without slots (and the usual
@@ -113,6 +114,8 @@ local function finish(stream, ids)
   redis.call("XTRIM", stream, "MINID", floor)
 end
 
+-- an outcome in capitals: the task may hold a unique key
+local capital = {S = "s", R = "r", D = "d", C = "c"}
 local out, nout = {}, 0
 -- applied and failed completions; the succeeded list's new entries ("MS ID")
 local applied, failed, succ, nsucc = 0, 0, {}, 0
@@ -130,6 +133,10 @@ while at < last do
     if #outcome > 1 then
       slots = string.sub(outcome, 3)
       outcome = string.sub(outcome, 1, 1)
+    end
+    local uniq = capital[outcome]
+    if uniq then outcome = uniq end
+    if slots then
       if outcome == "r" then
         runat, slots = string.match(slots, "^(%d+) ?(.*)$")
       end
@@ -137,8 +144,14 @@ while at < last do
     end
     -- redis.pcall: a task key clobbered with another type is simply no longer this
     -- execution's (its error table is no current record). The task's unique key ("" or
-    -- absent: none) is the record's own, as a finished task keeps it.
-    local t = redis.pcall("HMGET", h, "status", "attempt", "entry", "unique")
+    -- absent: none) is the record's own, as a finished task keeps it: read only when the
+    -- task may hold one (a field far in the record costs the lookup a scan)
+    local t
+    if uniq then
+      t = redis.pcall("HMGET", h, "status", "attempt", "entry", "unique")
+    else
+      t = redis.pcall("HMGET", h, "status", "attempt", "entry")
+    end
     -- a retry goes on the schedule, a death on the dead set, first: when that zset is of
     -- another type nothing of the outcome is written (a record saying "retrying" that no
     -- schedule holds would never run again), and the entry stays pending for a reclaim

@@ -37,7 +37,7 @@ func DecodeHandoff(id string, v map[string]any) (Handoff, error) {
 	num := func(k string) int64 { n, _ := strconv.ParseInt(get(k), 10, 64); return n }
 	h.Started = &Started{
 		Entry: get("e"), Band: band, ID: get("i"), Attempt: attempt, Function: get("f"),
-		Payload: get("p"), TimeoutMS: num("t"), MaxRetries: int(num("m")),
+		Payload: get("p"), TimeoutMS: num("t"), MaxRetries: int(num("m")), HasUnique: get("u") != "",
 		CreatedMS: num("c"), HandedOff: true,
 	}
 	return h, nil

@@ -715,7 +715,7 @@ func TestCompleteMixesBands(t *testing.T) {
 	}
 	item := func(id string, o lua.Outcome) lua.Completion {
 		s := got[id]
-		return lua.Completion{ID: id, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: o,
+		return lua.Completion{ID: id, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Unique: s.HasUnique, Outcome: o,
 			Text: "t-" + id, RetryMS: f.now + 5000}
 	}
 	fenced := item("a", lua.Succeeded)

@@ -27,7 +27,7 @@ func TestClaimReadsRecordsWithoutSpec(t *testing.T) {
 				f.enqueue(t, lua.NewTask{ID: id, Function: "send mail", Payload: []byte("p-" + id),
 					Priority: 3, MaxRetries: 7, TimeoutMS: 1234, Unique: "u-" + id})
 			}
-			if f.field(t, "new", "spec") != fmt.Sprintf("1234 7 %d send mail", f.now) {
+			if f.field(t, "new", "spec") != fmt.Sprintf("1234 7 %d 1 send mail", f.now) {
 				t.Fatalf("spec %q", f.field(t, "new", "spec"))
 			}
 			if err := f.rdb.HDel(f.ctx, f.q.Task("old"), "spec").Err(); err != nil {
@@ -43,7 +43,7 @@ func TestClaimReadsRecordsWithoutSpec(t *testing.T) {
 			}
 			for _, s := range first.Started {
 				want := lua.Started{Entry: s.Entry, Band: 3, ID: s.ID, Attempt: 1, Function: "send mail",
-					Payload: "p-" + s.ID, TimeoutMS: 1234, MaxRetries: 7, CreatedMS: f.now, Slots: slots}
+					Payload: "p-" + s.ID, TimeoutMS: 1234, MaxRetries: 7, CreatedMS: f.now, HasUnique: true, Slots: slots}
 				if s != want {
 					t.Fatalf("started %+v, want %+v", s, want)
 				}
@@ -76,7 +76,7 @@ func TestCompleteExpiresTheRecordsUniqueKey(t *testing.T) {
 	}
 	var items []lua.Completion
 	for _, x := range s {
-		items = append(items, lua.Completion{ID: x.ID, Entry: x.Entry, Band: x.Band, Attempt: x.Attempt, Outcome: lua.Succeeded})
+		items = append(items, lua.Completion{ID: x.ID, Entry: x.Entry, Band: x.Band, Attempt: x.Attempt, Unique: x.HasUnique, Outcome: lua.Succeeded})
 	}
 	codes, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 60000, Items: items})
 	if err != nil || codes[0] != lua.CompleteApplied || codes[1] != lua.CompleteApplied {

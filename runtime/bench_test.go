@@ -77,7 +77,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 		}
 		items := make([]lua.Completion, len(r.Started))
 		for i, s := range r.Started {
-			items[i] = lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded}
+			items[i] = lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Unique: s.HasUnique, Outcome: lua.Succeeded}
 		}
 		if _, err := lua.Complete.Run(ctx, e.rdb, lua.CompleteArgs{Queue: q, NowMS: 0, KeepMS: 60000, Items: items}); err != nil {
 			b.Fatal(err)

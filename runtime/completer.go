@@ -81,7 +81,7 @@ func (w *Worker) completeBatch(batch []*execution) {
 		items := make([]lua.Completion, len(list))
 		for i, e := range list {
 			items[i] = lua.Completion{ID: e.s.ID, Entry: e.s.Entry, Band: e.s.Band, Attempt: e.s.Attempt,
-				Outcome: e.outcome, Text: e.text, RetryMS: e.retryAt, Slots: e.s.Slots}
+				Unique: e.s.HasUnique, Outcome: e.outcome, Text: e.text, RetryMS: e.retryAt, Slots: e.s.Slots}
 		}
 		q := w.byName[name]
 		codes := w.completeWithRetry(q, items)

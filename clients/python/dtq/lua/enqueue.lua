@@ -175,12 +175,14 @@ while i <= last do
     -- the record is created whole in one HSET, a handed-off task's start with it: the
     -- fields prelude's start_task writes on a claim are the first five here. spec packs
     -- the start facts that never change after this, "TIMEOUT_MS MAX_RETRIES CREATED_AT
-    -- FUNCTION", for claim.lua to read and reply as one field; they are also kept one
-    -- by one (function, timeout_ms, max_retries, created_at) for every other reader.
+    -- UNIQUE FUNCTION" (UNIQUE 1: the task was given a unique key, which it may hold
+    -- still; 0: it never holds one), for claim.lua to read and reply as one field; they
+    -- are also kept one by one (function, timeout_ms, max_retries, created_at, unique)
+    -- for every other reader.
     redis.call("HSET", task,
       "status", status, "attempt", attempt, "entry", entry, "worker", worker, "started_at", started_at,
       "handback", worker ~= "" and "1" or "",
-      "spec", tmo .. " " .. maxr .. " " .. now .. " " .. fn, "payload", payload, "failures", "0",
+      "spec", tmo .. " " .. maxr .. " " .. now .. (unique ~= "" and " 1 " or " 0 ") .. fn, "payload", payload, "failures", "0",
       "unique", unique, "function", fn, "timeout_ms", tmo, "max_retries", maxr,
       "created_at", now, "priority", prio,
       "id", id, "queue", ARGV[1], "run_at", run_at, "queued_at", queued_at)
