@@ -383,6 +383,13 @@ say "$urgent_line"
 # (DTQ_DRAIN_TIMEOUT_S) and finish them.
 k -n $ns patch scaledobject dtq-worker --type merge -p '{"spec":{"cooldownPeriod":5,"advanced":{"horizontalPodAutoscalerConfig":{"behavior":{"scaleDown":{"stabilizationWindowSeconds":0,"policies":[{"type":"Percent","value":100,"periodSeconds":1}]}}}}}}' >/dev/null
 until_zero 60 "after the scale-down was shortened"
+# and every worker gone: one still draining (idle, registered for hand-offs) when the
+# burst comes would take tasks it then hands back at attempt 1 (they start at attempt 2)
+t_gone=$(ms)
+until [ "$(grep -c ' exit ' "$dir/runner.log")" = "$(grep -c ' start ' "$dir/runner.log")" ]; do
+  [ $(($(ms) - t_gone)) -lt 60000 ] || fail "workers still running a minute after the replicas reached 0"
+  sleep 0.1
+done
 done_before=$((burst + urgent))
 stops_before=$(grep -c ' stop ' "$dir/runner.log" || true)
 mark "burst of $burst tasks, 1 s and 8 s"
@@ -404,7 +411,8 @@ until [ -n "$tz" ]; do
 done
 [ "$(tally default attempt)" = "$total 1" ] || fail "attempts: $(tally default attempt) (want every one 1)"
 stopped=$(($(grep -c ' stop ' "$dir/runner.log") - stops_before))
-handed=$(cat "$dir"/logs/dtq-worker-e2e-*.log | grep -c 'handed back' || true)
+# hand-backs at drain, as the task records mark them (touch.lua's handback field)
+handed=$(rc --scan --pattern "$prefix:{default}:t:*" | while read -r key; do echo "HEXISTS $key handback"; done | rc | grep -c '^1$' || true)
 killed=$(awk '$2 == "exit" && $4 == 137' "$dir/runner.log" | wc -l)
 [ "$killed" = 0 ] || fail "$killed workers were SIGKILLed after terminationGracePeriodSeconds"
 # every worker has exited by now, each with 0
