@@ -148,6 +148,15 @@ mark() { echo "$(ms) $*" >>"$dir/marks.log"; }
 # pct FILE P: the P-th percentile of the numbers in FILE (nearest rank)
 pct() { sort -n "$1" | awk -v p="$2" '{a[NR]=$1} END {i=int(NR*p/100+0.999999); if (i<1) i=1; print a[i]}'; }
 
+# clear_to_zero: every key of the prefix deleted by hand, then dtq-worker set to 0 once
+# no read that saw them can answer KEDA any more (the scaler's answers may be
+# DTQ_SCALER_CACHE_TTL_MS old, 1 s: a poll in that time would wake the Deployment again)
+clear_to_zero() {
+  rc --scan --pattern "$prefix:*" | xargs -r redis-cli -p "$redis_port" del >/dev/null
+  sleep 1.2
+  k -n $ns scale deployment/dtq-worker --replicas 0 >/dev/null
+}
+
 # ---- wake: 0 → 1 by push, and KEDA's redis-streams trigger beside it ----------------
 # The same Deployment shape scaled by KEDA's built-in redis-streams trigger on the
 # queue's stream (its length, as a poll at KEDA's default interval of 30 s sees it).
@@ -200,11 +209,7 @@ for i in $(seq "$wakes"); do
   fi
   say "$line (task $id)"
   # no worker runs here: the task is taken off the queue by hand, the replicas set back
-  # once no read that saw it can answer KEDA any more (the scaler's answers may be
-  # DTQ_SCALER_CACHE_TTL_MS old, 1 s: a poll in that time would wake the Deployment again)
-  rc --scan --pattern "$prefix:*" | xargs -r redis-cli -p "$redis_port" del >/dev/null
-  sleep 1.2
-  k -n $ns scale deployment/dtq-worker --replicas 0 >/dev/null
+  clear_to_zero
   [ -n "$polled" ] && k -n $ns scale deployment/dtq-polled --replicas 0 >/dev/null
   if [ "$i" = "$polled_wakes" ]; then
     k -n $ns delete scaledobject dtq-polled --wait >/dev/null
@@ -244,9 +249,7 @@ for try in 1 2 3; do
   # last wake): then the push woke it the usual way, and this try shows nothing
   if awk -v a="$t_up" -v b="$t_took" '$1 > a && $1 < b && $2 == 0 {f = 1} END {exit !f}' "$dir/replicas.log"; then
     say "repeat: KEDA set the replicas to 0 itself before the push; again"
-    rc --scan --pattern "$prefix:*" | xargs -r redis-cli -p "$redis_port" del >/dev/null
-    sleep 1.2 # the scaler's cache (above)
-    k -n $ns scale deployment/dtq-worker --replicas 0 >/dev/null
+    clear_to_zero
     continue
   fi
   break
@@ -257,9 +260,7 @@ rep1=$(metric dtq_scaler_push_repeats_total)
 [ $((tw - t0)) -lt 8000 ] || fail "the task pushed at one replica woke the Deployment $((tw - t0)) ms after the enqueue: not by a repeat (1/3/7 s)"
 repeat_line="a push KEDA took at one replica (lastActiveTime stamped $((t_took - t0)) ms after the enqueue), the replicas then set to 0: woken again $((tw - t0)) ms after the enqueue by the scaler's repeat of true ($((rep1 - rep0)) sent by then)"
 say "$repeat_line"
-rc --scan --pattern "$prefix:*" | xargs -r redis-cli -p "$redis_port" del >/dev/null
-sleep 1.2 # the scaler's cache (above)
-k -n $ns scale deployment/dtq-worker --replicas 0 >/dev/null
+clear_to_zero
 
 # ---- the runner: a kubelet and deployment controller for dtq-worker ------------------
 # Each "pod" is a `dtq worker` process with the pod template's environment (its name in
@@ -411,15 +412,13 @@ until [ -n "$tz" ]; do
 done
 [ "$(tally default attempt)" = "$total 1" ] || fail "attempts: $(tally default attempt) (want every one 1)"
 stopped=$(($(grep -c ' stop ' "$dir/runner.log") - stops_before))
-# hand-backs at drain, as the task records mark them (touch.lua's handback field)
-handed=$(rc --scan --pattern "$prefix:{default}:t:*" | while read -r key; do echo "HEXISTS $key handback"; done | rc | grep -c '^1$' || true)
 killed=$(awk '$2 == "exit" && $4 == 137' "$dir/runner.log" | wc -l)
 [ "$killed" = 0 ] || fail "$killed workers were SIGKILLed after terminationGracePeriodSeconds"
 # every worker has exited by now, each with 0
 for _ in $(seq 600); do [ "$(grep -c ' exit ' "$dir/runner.log")" = "$(grep -c ' start ' "$dir/runner.log")" ] && break; sleep 0.1; done
 bad=$(awk '$2 == "exit" && $4 != 0' "$dir/runner.log")
 [ -z "$bad" ] || fail "workers exited with an error: $bad"
-drain_line="N → 0: $burst tasks (1 s and 8 s) all succeeded at attempt 1 while $stopped workers were SIGTERMed mid-run ($handed hand-backs); replicas 0 $((tz - t_done)) ms after the last task ended"
+drain_line="N → 0: $burst tasks (1 s and 8 s) all succeeded at attempt 1 while $stopped workers were SIGTERMed mid-run (none handed back: every task at attempt 1); replicas 0 $((tz - t_done)) ms after the last task ended"
 say "$drain_line"
 awk -v t0="$t2" '$1 >= t0 {printf "%s%s@%d", sep, $2, $1 - t0; sep=" → "} END {print ""}' "$dir/replicas.log" \
   | sed 's/^/replicas since the drain burst (count@ms): /' >&2
