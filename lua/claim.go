@@ -193,37 +193,93 @@ func parseSpec(spec string) (fn string, timeoutMS, maxRetries, createdMS int64, 
 	return spec, n[0], n[1], n[2], n[3] != 0
 }
 
+// decodeHead reads a start's head, "ENTRY{BAND{ATTEMPT{HOW{ID" (the id last: it may
+// hold braces in a hand-off).
+func decodeHead(head string) (Started, error) {
+	var s Started
+	p := strings.SplitN(head, "{", 5)
+	if len(p) != 5 {
+		return s, fmt.Errorf("claim: malformed start head %q", head)
+	}
+	band, err := strconv.Atoi(p[1])
+	if err != nil || band < 0 || band > keys.MaxPriority {
+		return s, fmt.Errorf("claim: start head %q: bad band", head)
+	}
+	s.Entry, s.Band, s.ID = p[0], band, p[4]
+	s.Attempt, _ = strconv.ParseInt(p[2], 10, 64)
+	s.Reclaimed, s.HandedOff = p[3] == "1", p[3] == "2"
+	return s, nil
+}
+
+// decodeStartedRow reads a start as a whole row, as receipts written by earlier
+// releases replay them.
+func decodeStartedRow(row []any) (Started, error) {
+	var s Started
+	switch len(row) {
+	case 6, 8, 9: // {entry, band, id, attempt, spec, payload[, failures, how[, slots]]}
+		fn, tmo, maxr, created, unique := parseSpec(str(row[4]))
+		s = Started{Function: fn, Payload: str(row[5]), TimeoutMS: tmo, MaxRetries: int(maxr),
+			CreatedMS: created, HasUnique: unique}
+		if len(row) > 6 {
+			s.Failures = int(num(row[6]))
+		}
+	case 12, 13: // a hand-off's row, and rows of receipts written by earlier releases
+		s = Started{Function: str(row[4]), Payload: str(row[5]), TimeoutMS: num(row[6]),
+			MaxRetries: int(num(row[7])), Failures: int(num(row[8])), CreatedMS: num(row[10]),
+			HasUnique: str(row[9]) != ""}
+	default:
+		return s, fmt.Errorf("claim: started row of %d fields", len(row))
+	}
+	var how int64
+	if len(row) != 6 {
+		how = num(row[len(row)-1])
+	}
+	if len(row) == 9 || len(row) == 13 {
+		s.Slots, how = str(row[len(row)-1]), num(row[len(row)-2])
+	}
+	s.Entry, s.Band, s.ID, s.Attempt = str(row[0]), int(num(row[1])), str(row[2]), num(row[3])
+	s.Reclaimed, s.HandedOff = how == 1, how == 2
+	return s, nil
+}
+
 func decodeClaim(v []any) (ClaimResult, error) {
 	var r ClaimResult
 	if len(v) < 4 || len(v) > 8 { // 4 to 6: receipts written by earlier releases
 		return r, fmt.Errorf("claim: unexpected reply of %d elements", len(v))
 	}
-	for _, row := range rows(v[0]) {
-		var s Started
-		switch len(row) {
-		case 6, 8, 9: // {entry, band, id, attempt, spec, payload[, failures, how[, slots]]}
-			fn, tmo, maxr, created, unique := parseSpec(str(row[4]))
-			s = Started{Function: fn, Payload: str(row[5]), TimeoutMS: tmo, MaxRetries: int(maxr),
-				CreatedMS: created, HasUnique: unique}
-			if len(row) > 6 {
-				s.Failures = int(num(row[6]))
+	list, _ := v[0].([]any)
+	for i := 0; i < len(list); {
+		if row, ok := list[i].([]any); ok {
+			s, err := decodeStartedRow(row)
+			if err != nil {
+				return r, err
 			}
-		case 12, 13: // a hand-off's row, and rows of receipts written by earlier releases
-			s = Started{Function: str(row[4]), Payload: str(row[5]), TimeoutMS: num(row[6]),
-				MaxRetries: int(num(row[7])), Failures: int(num(row[8])), CreatedMS: num(row[10]),
-				HasUnique: str(row[9]) != ""}
-		default:
-			return r, fmt.Errorf("claim: started row of %d fields", len(row))
+			r.Started = append(r.Started, s)
+			i++
+			continue
 		}
-		var how int64
-		if len(row) != 6 {
-			how = num(row[len(row)-1])
+		// head, spec, payload[, failures, slots] (claim.lua's top)
+		head, ok := list[i].(string)
+		if !ok || i+2 >= len(list) {
+			return r, fmt.Errorf("claim: started value %d is not a start's head", i)
 		}
-		if len(row) == 9 || len(row) == 13 {
-			s.Slots, how = str(row[len(row)-1]), num(row[len(row)-2])
+		s, err := decodeHead(head)
+		if err != nil {
+			return r, err
 		}
-		s.Entry, s.Band, s.ID, s.Attempt = str(row[0]), int(num(row[1])), str(row[2]), num(row[3])
-		s.Reclaimed, s.HandedOff = how == 1, how == 2
+		fn, tmo, maxr, created, unique := parseSpec(str(list[i+1]))
+		s.Function, s.Payload, s.TimeoutMS, s.MaxRetries, s.CreatedMS, s.HasUnique =
+			fn, str(list[i+2]), tmo, int(maxr), created, unique
+		i += 3
+		if i < len(list) {
+			if f, ok := list[i].(int64); ok {
+				if i+1 >= len(list) {
+					return r, fmt.Errorf("claim: start %s has failures but no slots", s.ID)
+				}
+				s.Failures, s.Slots = int(f), str(list[i+1])
+				i += 2
+			}
+		}
 		r.Started = append(r.Started, s)
 	}
 	for _, row := range rows(v[1]) {

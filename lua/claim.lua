@@ -92,17 +92,21 @@
 -- next token, or now + CONC_RECHECK ms when its slots are full.
 --
 -- returns {started, absorbed, invalid, paused, returned, broken, throttled, recheck}
---   started:  list of {entry, band, id, attempt, spec, payload, failures, how, slots}
---             (failures and how only when either is not 0 or the queue has limits)
+--   started:  flat, 3 values a start: head, spec, payload, and 2 more, failures and
+--             slots, when the task failed before or the queue has limits (failures is
+--             the only integer among them: it tells a start of 5 values from the next
+--             start's head). One list, not a table a start: Redis converts each table
+--             of a script's reply with several lookups, more than a start's values cost.
+--             head: "ENTRY{BAND{ATTEMPT{HOW{ID" (the id last: it may hold anything but
+--             braces), how 0 a fresh delivery, 1 a reclaim, 2 a hand-off read from the
+--             inbox; the receipt's text row of the start as is (see below)
 --             spec: the task's start facts packed as enqueue.lua writes them,
 --             "TIMEOUT_MS MAX_RETRIES CREATED_AT UNIQUE FUNCTION" (a record written before
---             specs has them built from its own fields), or, for a hand-off read from
---             the inbox, the longer row {entry, band, id, attempt, function, payload,
---             timeout_ms, max_retries, failures, unique, created_at, how}
---             how: 0 a fresh delivery, 1 a reclaim, 2 a hand-off read from the inbox
---             slots (only when the queue has limits): the concurrency scopes the task
---             holds a slot of, space separated ("q", "f:NAME"); "" none (complete.lua
---             gives them back)
+--             specs has them built from its own fields; a hand-off's from its inbox row)
+--             slots: the concurrency scopes the task holds a slot of, space separated
+--             ("q", "f:NAME"); "" none (complete.lua gives them back)
+--             A replay of a receipt written by an earlier release may also return whole
+--             rows as tables ({entry, band, id, attempt, function, payload, …}).
 --   absorbed: list of {entry, band, id, status}  (status "dead" when the script killed the task,
 --             "cancelled" when a reclaim found its cancel requested)
 --   invalid:  list of {entry, band, dead id, reason}
@@ -122,11 +126,20 @@ local prefix, deadkey = KEYS[12], KEYS[13]
 -- A receipt keeps, for each start, its entry, band, task id, attempt, how and slots, not
 -- the whole started row: packing every row with its payload cost more than the start
 -- itself, and a replay is rare. It is built from the started rows once the call is done
--- (see the end of this script), as text when it can be: one string
--- "ENTRY{BAND{ATTEMPT{HOW{ID" a start, joined by "}" (a call without limits, whose task
--- ids hold no brace: claim.lua starts no other from an entry); else flat, RECEIPT_STRIDE
--- values a start, slots false without limits. The rest of the reply is kept as it is.
+-- (see the end of this script), as text when it can be: the starts' heads,
+-- "ENTRY{BAND{ATTEMPT{HOW{ID", joined by "}" (a call without limits, whose task ids hold
+-- no brace: claim.lua starts no other from an entry); else flat, RECEIPT_STRIDE values a
+-- start, slots false without limits. The rest of the reply is kept as it is.
 local RECEIPT_STRIDE = 6
+
+-- put appends a start to the flat list l as the reply carries it (see the top): head,
+-- spec, payload, then failures and slots when failures is not 0 or slots is given ("":
+-- the queue has limits, the task holds no slot)
+local function put(l, head, spec, payload, failures, slots)
+  local n = #l
+  l[n + 1], l[n + 2], l[n + 3] = head, spec, payload
+  if failures ~= 0 or slots then l[n + 4], l[n + 5] = failures, slots or "" end
+end
 
 -- old_spec builds the spec of task record h written before enqueue.lua packed its start
 -- facts into the field "spec" (absent there) from the fields that hold them one by one.
@@ -162,8 +175,7 @@ if receipt then
         if is_current(t, attempt, eid) and t[4] == consumer then
           band = tonumber(band)
           redis.call("XCLAIM", KEYS[band + 1], group, consumer, 0, eid, "JUSTID")
-          live[#live + 1] = {eid, band, id, tonumber(attempt), t[5] or old_spec(h), t[6] or "",
-            tonumber(t[7]) or 0, tonumber(how)}
+          put(live, rec, t[5] or old_spec(h), t[6] or "", tonumber(t[7]) or 0)
         end
       end
     end
@@ -185,9 +197,8 @@ if receipt then
       local t = redis.pcall("HMGET", h, "status", "attempt", "entry", "worker", "spec", "payload", "failures")
       if is_current(t, tostring(attempt), eid) and t[4] == consumer then
         redis.call("XCLAIM", KEYS[band + 1], group, consumer, 0, eid, "JUSTID")
-        local row = {eid, band, id, attempt, t[5] or old_spec(h), t[6] or "", tonumber(t[7]) or 0, how}
-        if slots then row[9] = slots end
-        live[#live + 1] = row
+        put(live, eid .. "{" .. band .. "{" .. tostring(attempt) .. "{" .. how .. "{" .. id,
+          t[5] or old_spec(h), t[6] or "", tonumber(t[7]) or 0, slots or nil)
       end
     end
   end
@@ -255,6 +266,7 @@ end
 
 -- small counts as strings: a Lua number passed to redis.call is formatted with snprintf
 local digits = {"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16"}
+local bands = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
 -- and the other way: the usual counts without tonumber (strtod)
 local small = {["0"] = 0, ["1"] = 1, ["2"] = 2, ["3"] = 3}
 
@@ -517,9 +529,10 @@ local function take(band, eid, fields, reclaiming)
     redis.call("HSET", h, "attempt", attempt, "worker", consumer, "entry", eid)
     return kill(stream, band, eid, id, h, "payload is " .. #payload .. " bytes, over the limit of " .. maxpayload, limits and spec_fn(spec))
   end
+  local as = digits[attempt] or string.format("%d", attempt)
   -- the usual case: the entry is the one the task was queued with (one field less to write)
-  start_task(h, digits[attempt] or attempt, consumer, now, t[3] ~= eid and eid or nil)
-  local slots = ""
+  start_task(h, as, consumer, now, t[3] ~= eid and eid or nil)
+  local slots = nil
   if limits then
     if reclaimed == 1 then
       if qs and qs.conc then redis.call("SADD", qs.run, id) end
@@ -529,14 +542,10 @@ local function take(band, eid, fields, reclaiming)
       slots = slots_of(consume(qs, id), consume(fs, id))
     end
   end
-  -- the usual start (fresh, no failures, no limits) leaves failures and how out: two
-  -- values less a task for the reply
-  local row = {eid, band, id, attempt, spec, payload}
-  if failures ~= 0 or reclaimed ~= 0 or limits then
-    row[7], row[8] = failures, reclaimed
-    if limits then row[9] = slots end
-  end
-  started[#started + 1] = row
+  -- the usual start (fresh, no failures, no limits): three values, its head a string
+  -- the receipt reuses
+  put(started, eid .. "{" .. bands[band + 1] .. "{" .. as .. (reclaimed == 1 and "{1{" or "{0{") .. id,
+    spec, payload, failures, slots)
 end
 
 -- putback returns an entry delivered while the queue is paused to its stream unstarted:
@@ -605,8 +614,10 @@ if redis.call("EXISTS", inbox) == 1 then
           local ok2, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry", "worker", "failures")
           if ok2 and is_current(t, f.a, f.e) and t[4] == consumer then
             redis.call("HSET", h, "handback", "")
-            started[#started + 1] = {f.e, band, f.i, tonumber(f.a), f.f or "", f.p or "",
-              f.t or "0", f.m or "0", tonumber(t[5]) or 0, f.u or "", f.c or "0", 2}
+            put(started, f.e .. "{" .. bands[band + 1] .. "{" .. (f.a or "") .. "{2{" .. f.i,
+              (f.t or "0") .. " " .. (f.m or "0") .. " " .. (f.c or "0") ..
+              ((f.u or "") ~= "" and " 1 " or " 0 ") .. (f.f or ""),
+              f.p or "", tonumber(t[5]) or 0, limits and "" or nil)
             if not tonumber(f.a) or string.find(f.i, "[{}]") then textreceipt = false end
           end
         end
@@ -790,26 +801,30 @@ end
 
 local out = {started, absorbed, invalid, paused, returned, broken, throttled, recheck}
 if #started + #absorbed + #invalid + #returned > 0 then
-  -- the starts as the top says: a row's how is 0 (6 values), its last value (8, or a
-  -- hand-off's 12), or the one before its slots (9)
+  -- the starts as the top says: text, their heads; else RECEIPT_STRIDE values a start
   local kept
   if textreceipt and not limits then
-    local parts, bands = {}, {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
-    for i, row in ipairs(started) do
-      local n, a = #row, row[4]
-      local how = n ~= 6 and row[n] or 0
-      parts[i] = row[1] .. "{" .. bands[row[2] + 1] .. "{" .. (digits[a] or string.format("%d", a)) .. "{" ..
-        (how == 0 and "0" or how == 1 and "1" or "2") .. "{" .. row[3]
+    local heads, i, n = {}, 1, #started
+    while i <= n do
+      heads[#heads + 1] = started[i]
+      i = i + (type(started[i + 3]) == "number" and 5 or 3)
     end
-    kept = table.concat(parts, "}")
+    kept = table.concat(heads, "}")
   else
     kept = {}
-    for i, row in ipairs(started) do
-      local n, k = #row, (i - 1) * RECEIPT_STRIDE
-      local how, slots = row[n], false
-      if n == 9 then how, slots = row[8], row[9] elseif n == 6 then how = 0 end
-      kept[k + 1], kept[k + 2], kept[k + 3] = row[1], row[2], row[3]
-      kept[k + 4], kept[k + 5], kept[k + 6] = row[4], how, slots
+    local i, k, n = 1, 0, #started
+    while i <= n do
+      local eid, band, attempt, how, id = string.match(started[i], "^([^{]*){(%d){([^{]*){(%d){(.*)$")
+      local slots = false
+      if type(started[i + 3]) == "number" then
+        if limits then slots = started[i + 4] end
+        i = i + 5
+      else
+        i = i + 3
+      end
+      kept[k + 1], kept[k + 2], kept[k + 3] = eid, tonumber(band), id
+      kept[k + 4], kept[k + 5], kept[k + 6] = tonumber(attempt) or attempt, tonumber(how), slots
+      k = k + RECEIPT_STRIDE
     end
   end
   -- MessagePack, not JSON: JSON formats every number with snprintf, a real cost per task

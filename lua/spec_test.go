@@ -137,3 +137,42 @@ func TestResentClaimReadsFlatReceipts(t *testing.T) {
 		}
 	})
 }
+
+// A claim's reply carries its starts flat, not a table each (claim.lua's top): three
+// values a usual start (head, spec, payload), five for a task that failed before (its
+// failures an integer, then its slots), and the receipt's text is the starts' heads as
+// the reply carries them. A replay decodes to the same starts.
+func TestClaimReplyIsFlat(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, id := range []string{"a", "c"} {
+		f.enqueue(t, lua.NewTask{ID: id, Function: "f n", Payload: []byte("p-" + id), Priority: 4, TimeoutMS: 99})
+	}
+	if err := f.rdb.HSet(f.ctx, f.q.Task("c"), "failures", 2).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := lua.ClaimArgs{Queue: f.q, Consumer: "w", NowMS: f.now, Want: 2, MaxPayload: 1 << 20, Call: "w.1"}
+	raw, err := lua.RawReply(f.ctx, f.rdb, lua.Claim, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := raw.([]any)[0].([]any)
+	spec := fmt.Sprintf("99 %d %d 0 f n", 25, f.now)
+	if s := f.field(t, "a", "spec"); s != spec {
+		spec = s // the default max retries is enqueue.lua's to choose
+	}
+	entry := func(id string) string { return f.field(t, id, "entry") }
+	want := []any{entry("a") + "{4{1{0{a", spec, "p-a", entry("c") + "{4{1{0{c", spec, "p-c", int64(2), ""}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("started = %q\nwant      %q", got, want)
+	}
+	receipt, err := f.rdb.Eval(f.ctx, `return cmsgpack.unpack(redis.call("GET", KEYS[1]))[1]`, []string{f.q.Receipt("w.1")}).Result()
+	if err != nil || receipt != entry("a")+"{4{1{0{a}"+entry("c")+"{4{1{0{c" {
+		t.Fatalf("receipt text = %q (%v)", receipt, err)
+	}
+	again := f.claim(t, a)
+	if len(again.Started) != 2 || again.Started[1].Failures != 2 || again.Started[0].Failures != 0 ||
+		again.Started[1].Function != "f n" || again.Started[1].TimeoutMS != 99 || again.Started[1].Payload != "p-c" {
+		t.Fatalf("replay = %+v", again.Started)
+	}
+}
