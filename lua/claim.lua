@@ -97,8 +97,8 @@
 --             the only integer among them: it tells a start of 5 values from the next
 --             start's head). One list, not a table a start: Redis converts each table
 --             of a script's reply with several lookups, more than a start's values cost.
---             head: "ENTRY{BAND{ATTEMPT{HOW{ID" (the id last: it may hold anything but
---             braces), how 0 a fresh delivery, 1 a reclaim, 2 a hand-off read from the
+--             head: "ENTRY{BAND{ATTEMPT{HOW{ID" (the id last: it may hold an opening
+--             brace, in a hand-off a closing one too), how 0 a fresh delivery, 1 a reclaim, 2 a hand-off read from the
 --             inbox; the receipt's text row of the start as is (see below)
 --             spec: the task's start facts packed as enqueue.lua writes them,
 --             "TIMEOUT_MS MAX_RETRIES CREATED_AT UNIQUE FUNCTION" (a record written before
@@ -128,8 +128,11 @@ local prefix, deadkey = KEYS[12], KEYS[13]
 -- itself, and a replay is rare. It is built from the started rows once the call is done
 -- (see the end of this script), as text when it can be: the starts' heads,
 -- "ENTRY{BAND{ATTEMPT{HOW{ID", joined by "}" (a call without limits, whose task ids hold
--- no brace: claim.lua starts no other from an entry); else flat, RECEIPT_STRIDE values a
--- start, slots false without limits. The rest of the reply is kept as it is.
+-- no closing brace: claim.lua starts no other from an entry); else flat, RECEIPT_STRIDE
+-- values a start, slots false without limits. The rest of the reply is kept with them
+-- (MessagePack), unless it is all empty or 0, as in a busy worker's usual call: then the
+-- receipt is the text alone (it starts with a digit, an entry id; MessagePack's array
+-- with a byte of 0x90 or more).
 local RECEIPT_STRIDE = 6
 
 -- put appends a start to the flat list l as the reply carries it (see the top): head,
@@ -161,7 +164,13 @@ if receipt then
   -- reclaimed since (its entry went idle past the visibility timeout): replay only the
   -- starts still current, and restart their entries' idle clocks, so no reaper takes
   -- them before this worker's next heartbeat does.
-  local out = cmsgpack.unpack(receipt)
+  local out
+  local c = string.byte(receipt, 1)
+  if c and c >= 48 and c <= 57 then
+    out = {receipt, {}, {}, 0, {}, {}, 0, 0}
+  else
+    out = cmsgpack.unpack(receipt)
+  end
   local live = {}
   local kept = out[1]
   if type(kept) == "string" then
@@ -422,6 +431,9 @@ if limits then
   end
 end
 
+-- the heads of the starts, in order: the receipt's text
+local heads, nheads = {}, 0
+
 local function take(band, eid, fields, reclaiming)
   local stream = KEYS[band + 1]
   if not fields then
@@ -438,7 +450,9 @@ local function take(band, eid, fields, reclaiming)
   if not an then
     return reject(stream, band, eid, fields, "malformed entry: attempt " .. tostring(a) .. " is not a count")
   end
-  if #id > maxid or string.find(id, "{", 1, true) or string.find(id, "}", 1, true) then
+  -- a closing brace would split the receipt's text (an opening one is harmless: the id
+  -- comes last in its head, and prefix .. id stays in the slot of the prefix's {Q})
+  if #id > maxid or string.find(id, "}", 1, true) then
     return reject(stream, band, eid, fields, "malformed entry: bad task id")
   end
   local h = prefix .. id
@@ -544,8 +558,10 @@ local function take(band, eid, fields, reclaiming)
   end
   -- the usual start (fresh, no failures, no limits): three values, its head a string
   -- the receipt reuses
-  put(started, eid .. "{" .. bands[band + 1] .. "{" .. as .. (reclaimed == 1 and "{1{" or "{0{") .. id,
-    spec, payload, failures, slots)
+  local head = eid .. "{" .. bands[band + 1] .. "{" .. as .. (reclaimed == 1 and "{1{" or "{0{") .. id
+  put(started, head, spec, payload, failures, slots)
+  nheads = nheads + 1
+  heads[nheads] = head
 end
 
 -- putback returns an entry delivered while the queue is paused to its stream unstarted:
@@ -559,7 +575,7 @@ local function putback(band, eid, fields)
   for i = 1, #fields, 2 do
     if fields[i] == "task" then id = fields[i + 1] end
   end
-  if id ~= "" and #id <= maxid and not string.find(id, "{", 1, true) and not string.find(id, "}", 1, true) then
+  if id ~= "" and #id <= maxid and not string.find(id, "}", 1, true) then
     local h = prefix .. id
     local ok, t = pcall(redis.call, "HMGET", h, "status", "entry")
     if ok and t[1] == "queued" and t[2] == eid then
@@ -614,11 +630,14 @@ if redis.call("EXISTS", inbox) == 1 then
           local ok2, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry", "worker", "failures")
           if ok2 and is_current(t, f.a, f.e) and t[4] == consumer then
             redis.call("HSET", h, "handback", "")
-            put(started, f.e .. "{" .. bands[band + 1] .. "{" .. (f.a or "") .. "{2{" .. f.i,
+            local head = f.e .. "{" .. bands[band + 1] .. "{" .. (f.a or "") .. "{2{" .. f.i
+            nheads = nheads + 1
+            heads[nheads] = head
+            put(started, head,
               (f.t or "0") .. " " .. (f.m or "0") .. " " .. (f.c or "0") ..
               ((f.u or "") ~= "" and " 1 " or " 0 ") .. (f.f or ""),
               f.p or "", tonumber(t[5]) or 0, limits and "" or nil)
-            if not tonumber(f.a) or string.find(f.i, "[{}]") then textreceipt = false end
+            if not tonumber(f.a) or string.find(f.i, "}", 1, true) then textreceipt = false end
           end
         end
       end
@@ -804,11 +823,6 @@ if #started + #absorbed + #invalid + #returned > 0 then
   -- the starts as the top says: text, their heads; else RECEIPT_STRIDE values a start
   local kept
   if textreceipt and not limits then
-    local heads, i, n = {}, 1, #started
-    while i <= n do
-      heads[#heads + 1] = started[i]
-      i = i + (type(started[i + 3]) == "number" and 5 or 3)
-    end
     kept = table.concat(heads, "}")
   else
     kept = {}
@@ -828,7 +842,12 @@ if #started + #absorbed + #invalid + #returned > 0 then
     end
   end
   -- MessagePack, not JSON: JSON formats every number with snprintf, a real cost per task
-  local ok, enc = pcall(cmsgpack.pack, {kept, absorbed, invalid, paused, returned, broken, throttled, recheck})
+  local ok, enc = true, kept
+  local c = type(kept) == "string" and string.byte(kept, 1)
+  if not c or c < 48 or c > 57 or #absorbed + #invalid + #returned + #broken > 0 or paused ~= 0 or
+      throttled ~= 0 or recheck ~= 0 then
+    ok, enc = pcall(cmsgpack.pack, {kept, absorbed, invalid, paused, returned, broken, throttled, recheck})
+  end
   if ok then redis.call("SET", KEYS[14], enc, "PX", ARGV[11]) end
 end
 return out

@@ -94,7 +94,12 @@ func TestCompleteExpiresTheRecordsUniqueKey(t *testing.T) {
 // of each start) still replays, as does one of a call that started a hand-off whose task
 // id holds a brace (kept flat: the text receipt separates with braces).
 func TestResentClaimReadsFlatReceipts(t *testing.T) {
-	const receiptKind = `return type(cmsgpack.unpack(redis.call("GET", KEYS[1]))[1])`
+	// "plain": the text alone (a call whose reply is starts only); else what the
+	// MessagePack'd receipt keeps of its starts
+	const receiptKind = `local r = redis.call("GET", KEYS[1])
+		local c = string.byte(r, 1)
+		if c >= 48 and c <= 57 then return "plain" end
+		return type(cmsgpack.unpack(r)[1])`
 	t.Parallel()
 	t.Run("previous release", func(t *testing.T) {
 		t.Parallel()
@@ -105,8 +110,8 @@ func TestResentClaimReadsFlatReceipts(t *testing.T) {
 			t.Fatalf("claim = %+v", first)
 		}
 		s := first.Started[0]
-		if k, err := f.rdb.Eval(f.ctx, receiptKind, []string{f.q.Receipt("w.1")}).Result(); err != nil || k != "string" {
-			t.Fatalf("receipt's starts are a %v (%v), want text", k, err)
+		if k, err := f.rdb.Eval(f.ctx, receiptKind, []string{f.q.Receipt("w.1")}).Result(); err != nil || k != "plain" {
+			t.Fatalf("receipt's starts are a %v (%v), want plain text", k, err)
 		}
 		old := `redis.call("SET", KEYS[1], cmsgpack.pack({{ARGV[1], 2, "o1", 1, 0, false},
 			{}, {}, 0, {}, {}, 0, 0}), "PX", 60000)`
@@ -166,13 +171,39 @@ func TestClaimReplyIsFlat(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("started = %q\nwant      %q", got, want)
 	}
-	receipt, err := f.rdb.Eval(f.ctx, `return cmsgpack.unpack(redis.call("GET", KEYS[1]))[1]`, []string{f.q.Receipt("w.1")}).Result()
-	if err != nil || receipt != entry("a")+"{4{1{0{a}"+entry("c")+"{4{1{0{c" {
-		t.Fatalf("receipt text = %q (%v)", receipt, err)
+	// a reply of starts only: the receipt is their text alone, not MessagePack
+	text := entry("a") + "{4{1{0{a}" + entry("c") + "{4{1{0{c"
+	if receipt, err := f.rdb.Get(f.ctx, f.q.Receipt("w.1")).Result(); err != nil || receipt != text {
+		t.Fatalf("receipt = %q (%v), want %q", receipt, err, text)
 	}
 	again := f.claim(t, a)
 	if len(again.Started) != 2 || again.Started[1].Failures != 2 || again.Started[0].Failures != 0 ||
 		again.Started[1].Function != "f n" || again.Started[1].TimeoutMS != 99 || again.Started[1].Payload != "p-c" {
 		t.Fatalf("replay = %+v", again.Started)
+	}
+	// the same text in MessagePack, as the previous release kept it, replays the same
+	old := `redis.call("SET", KEYS[1], cmsgpack.pack({ARGV[1], {}, {}, 0, {}, {}, 0, 0}), "PX", 60000)`
+	if err := f.rdb.Eval(f.ctx, old, []string{f.q.Receipt("w.1")}, text).Err(); err != nil && err != redis.Nil {
+		t.Fatal(err)
+	}
+	if third := f.claim(t, a); fmt.Sprint(third.Started) != fmt.Sprint(again.Started) {
+		t.Fatalf("replay of a MessagePack'd text receipt = %+v, want %+v", third.Started, again.Started)
+	}
+}
+
+// A task id with an opening brace but no closing one starts and replays: the id comes
+// last in its head, and only a closing brace would split the receipt's text. One with
+// a closing brace is a bad task id (TestClaimHostileEntryFields).
+func TestClaimStartsIDWithOpeningBrace(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.NewTask{ID: "x{y", Payload: []byte("p")})
+	first := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1, Call: "w.1"})
+	if len(first.Started) != 1 || first.Started[0].ID != "x{y" || len(first.Invalid) != 0 {
+		t.Fatalf("claim = %+v", first)
+	}
+	again := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1, Call: "w.1"})
+	if fmt.Sprint(again.Started) != fmt.Sprint(first.Started) {
+		t.Fatalf("replay = %+v, want %+v", again.Started, first.Started)
 	}
 }
