@@ -18,9 +18,20 @@ import (
 // servers runs fn against redis-server and against the demo's embedded Redis: every
 // expectation of fn holds on both.
 func servers(t *testing.T, fn func(t *testing.T, rdb *redis.Client, prefix string)) {
+	serversOn(t, func(t *testing.T) *redistest.Server { return redistest.Shared(t) }, fn)
+}
+
+// ownServers is servers with a redis-server of the test's own, for a test that flushes
+// what every client of a server shares (its script cache): on the shared one, a SCRIPT
+// FLUSH lands between another parallel test's SCRIPT LOAD and its EVALSHA.
+func ownServers(t *testing.T, fn func(t *testing.T, rdb *redis.Client, prefix string)) {
+	serversOn(t, func(t *testing.T) *redistest.Server { return redistest.Start(t, redistest.Options{}) }, fn)
+}
+
+func serversOn(t *testing.T, srv func(t *testing.T) *redistest.Server, fn func(t *testing.T, rdb *redis.Client, prefix string)) {
 	t.Run("redis-server", func(t *testing.T) {
 		t.Parallel()
-		fn(t, redistest.Shared(t).Client(t), redistest.Prefix(t))
+		fn(t, srv(t).Client(t), redistest.Prefix(t))
 	})
 	t.Run("embedded", func(t *testing.T) {
 		t.Parallel()
@@ -88,7 +99,7 @@ return {eq(v, back) and 1 or 0, nan ~= nan and 1 or 0, back[1], back[3], back[17
 // one loaded before SCRIPT FLUSH.
 func TestEmbeddedScriptCache(t *testing.T) {
 	t.Parallel()
-	servers(t, func(t *testing.T, rdb *redis.Client, _ string) {
+	ownServers(t, func(t *testing.T, rdb *redis.Client, _ string) {
 		ctx := context.Background()
 		if v, err := rdb.Eval(ctx, "return ARGV[1] .. KEYS[1]", []string{"k"}, "a").Text(); err != nil || v != "ak" {
 			t.Fatalf("plain EVAL: %q, %v", v, err)
