@@ -105,6 +105,12 @@ func (s *subscription) send(active bool) {
 	s.updates <- active
 }
 
+// repeatOwed reports whether the active subscription is still owed a repeat of true
+// (at s.repeatAt), repeating every interval (0: never).
+func (s *subscription) repeatOwed(interval time.Duration) bool {
+	return interval > 0 && s.repeats < pushRepeats
+}
+
 // pushRepeats is how many times true is sent again after a stream turns active.
 //
 // KEDA's push handler scales from zero only when the Deployment's replicas, read from
@@ -460,7 +466,7 @@ func (w *watcher) pass(subs []*subscription) (wake, error) {
 			s.last = v
 			s.repeats, s.repeatAt = 0, now.Add(w.repeat)
 			s.send(active)
-		case active && w.repeat > 0 && s.repeats < pushRepeats && !now.Before(s.repeatAt):
+		case active && s.repeatOwed(w.repeat) && !now.Before(s.repeatAt):
 			s.repeats++
 			s.repeatAt = now.Add(w.repeat << s.repeats)
 			s.send(true)
@@ -468,7 +474,7 @@ func (w *watcher) pass(subs []*subscription) (wake, error) {
 				w.repeated()
 			}
 		}
-		if active && w.repeat > 0 && s.repeats < pushRepeats && s.repeatAt.Before(until) {
+		if active && s.repeatOwed(w.repeat) && s.repeatAt.Before(until) {
 			until = s.repeatAt
 		}
 		if active && now.Add(w.poll).Before(until) {
