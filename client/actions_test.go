@@ -2,9 +2,11 @@ package client_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,7 +182,7 @@ func keysPrefix(q keys.Queue) string {
 
 // state=succeeded pages newest first; successes pushed between pages do not disturb the
 // pages after the cursor; a cursor whose entry was cut off ends the listing; an entry
-// that is not "MS ID" is listed malformed, a record gone missing.
+// that is not "MS ID…" is listed malformed, a record gone missing.
 func TestListSucceeded(t *testing.T) {
 	t.Parallel()
 	c, rdb, q := deadFixture(t)
@@ -223,5 +225,72 @@ func TestListSucceeded(t *testing.T) {
 	o.Cursor = "bm9wZQ"
 	if _, err := c.List(ctx, "q", o); !errors.Is(err, client.ErrBadCursor) {
 		t.Fatalf("a garbage cursor: %v", err)
+	}
+}
+
+// An entry of the succeeded list holds one completion call's successes, "MS ID1 ID2 …":
+// listed last id first, a page may end part way through one and the next page goes on
+// from there, across entries pushed meanwhile; a cursor part way through an entry cut
+// off ends the listing, and one whose count is not a count is refused.
+func TestListSucceededEntriesOfACall(t *testing.T) {
+	t.Parallel()
+	c, rdb, q := deadFixture(t)
+	ctx := context.Background()
+	for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
+		rdb.HSet(ctx, q.Task(id), "status", "succeeded", "function", "noop", "attempt", 1)
+	}
+	if err := rdb.LPush(ctx, q.Succeeded(), "2000 a b c", "3000 d e").Err(); err != nil {
+		t.Fatal(err)
+	}
+	list := func(cursor string, limit int) *client.Page {
+		t.Helper()
+		p, err := c.List(ctx, "q", client.ListOptions{State: client.StateSucceeded, Limit: limit, Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ids := func(p *client.Page) string {
+		var s []string
+		for _, it := range p.Items {
+			s = append(s, fmt.Sprint(it.ID, "@", it.AtMS))
+		}
+		return strings.Join(s, " ")
+	}
+	p := list("", 10)
+	if got := ids(p); got != "e@3000 d@3000 c@2000 b@2000 a@2000" || p.Next != "" {
+		t.Fatalf("one page = %q (next %q)", got, p.Next)
+	}
+	var pages []string
+	for cur, first := "", true; first || cur != ""; first = false {
+		p := list(cur, 2)
+		pages = append(pages, ids(p))
+		cur = p.Next
+		if first {
+			// a call's successes pushed between pages do not disturb the next ones
+			if err := rdb.LPush(ctx, q.Succeeded(), "4000 f").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := strings.Join(pages, " | "); got != "e@3000 d@3000 | c@2000 b@2000 | a@2000" {
+		t.Fatalf("pages of 2 = %q", got)
+	}
+	// part way through "2000 a b c" (c listed), then the entry is cut off
+	p = list("", 4)
+	if got := ids(p); got != "f@4000 e@3000 d@3000 c@2000" || p.Next == "" {
+		t.Fatalf("page of 4 = %q (next %q)", got, p.Next)
+	}
+	if err := rdb.LTrim(ctx, q.Succeeded(), 0, 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if p := list(p.Next, 4); len(p.Items) != 0 || p.Next != "" {
+		t.Fatalf("after the entry was cut off = %+v", p)
+	}
+	for _, pos := range []string{"2000 a b c\nx", "2000 a b c\n0", "\n1"} {
+		cur := base64.RawURLEncoding.EncodeToString([]byte("succeeded|-1|" + pos))
+		if _, err := c.List(ctx, "q", client.ListOptions{State: client.StateSucceeded, Cursor: cur}); !errors.Is(err, client.ErrBadCursor) {
+			t.Fatalf("cursor %q: %v, want ErrBadCursor", pos, err)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,7 +24,7 @@ const (
 	StateScheduled = StatusScheduled // the schedule zset, retries excepted
 	StateRetrying  = StatusRetrying  // the schedule zset, retries only
 	StateDead      = StatusDead      // the dead zset
-	StateSucceeded = StatusSucceeded // the succeeded list: the newest lua.SucceededKept, newest first
+	StateSucceeded = StatusSucceeded // the succeeded list: about the newest lua.SucceededKept, newest first
 )
 
 // ListStates are the states List accepts.
@@ -437,46 +438,88 @@ func (c *Client) listZSet(ctx context.Context, q keys.Queue, key string, o ListO
 	return page, nil
 }
 
-// listSucceeded pages through the succeeded list, newest first. Cursor position: the
-// entry ("MS ID") of the last item returned; the next page starts after where LPOS finds
-// it now (new successes are pushed at the other end). An entry no longer there was cut
-// off the old end with everything older: the listing is over.
+// listSucceeded pages through the succeeded list, newest first. An entry is one
+// completion call's successes, "MS ID1 ID2 …" (entries written before hold one id),
+// listed last id first. Cursor position: the entry of the last item returned, then "\n"
+// and how many of its ids were returned (a cursor of an earlier release: the entry
+// alone, all of them); the next page starts there, wherever LPOS finds the entry now
+// (new successes are pushed at the other end). An entry no longer there was cut off the
+// old end with everything older: the listing is over.
 func (c *Client) listSucceeded(ctx context.Context, q keys.Queue, o ListOptions) (*Page, error) {
 	key := q.Succeeded()
 	var start int64
+	skip := 0
 	if o.Cursor != "" {
 		pos, err := decodeCursor(o.Cursor, o.State, -1)
 		if err != nil {
 			return nil, err
 		}
-		if pos == "" {
+		entry, n, partial := strings.Cut(pos, "\n")
+		if entry == "" {
 			return nil, ErrBadCursor
 		}
-		i, err := c.rdb.LPos(ctx, key, pos, redis.LPosArgs{}).Result()
+		if partial {
+			if skip, err = strconv.Atoi(n); err != nil || skip < 1 {
+				return nil, ErrBadCursor
+			}
+		}
+		i, err := c.rdb.LPos(ctx, key, entry, redis.LPosArgs{}).Result()
 		if errors.Is(err, redis.Nil) {
 			return &Page{Items: []ListItem{}}, nil
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", o.State, err)
 		}
-		start = i + 1
+		start = i
+		if !partial {
+			start = i + 1
+		}
 	}
-	vals, err := c.rdb.LRange(ctx, key, start, start+int64(o.Limit)).Result()
+	// every entry lists at least one item: Limit+1 entries fill a page and tell whether
+	// another follows (one more past an entry the cursor is part way through)
+	end := start + int64(o.Limit)
+	if skip > 0 {
+		end++
+	}
+	vals, err := c.rdb.LRange(ctx, key, start, end).Result()
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", o.State, err)
 	}
-	page := &Page{Items: make([]ListItem, 0, len(vals))}
-	if len(vals) > o.Limit {
-		vals = vals[:o.Limit]
-		page.Next = encodeCursor(o.State, -1, vals[o.Limit-1])
-	}
-	for _, v := range vals {
-		ms, id, ok := succeededEntry(v)
+	page := &Page{Items: make([]ListItem, 0, o.Limit)}
+	full := false
+	for j, v := range vals {
+		ms, ids, ok := succeededEntry(v)
 		if !ok {
-			page.Items = append(page.Items, ListItem{Malformed: true})
-			continue
+			ids = []string{""} // one malformed item
 		}
-		page.Items = append(page.Items, ListItem{ID: id, AtMS: ms})
+		from := 0
+		if j == 0 {
+			from = skip
+		}
+		for k := from; k < len(ids); k++ {
+			if len(page.Items) == o.Limit {
+				full = true
+				break
+			}
+			if !ok {
+				page.Items = append(page.Items, ListItem{Malformed: true})
+			} else {
+				page.Items = append(page.Items, ListItem{ID: ids[k], AtMS: ms})
+			}
+			if len(page.Items) == o.Limit {
+				pos := v // the entry's last id: the next page starts after it
+				if k+1 < len(ids) {
+					pos = v + "\n" + strconv.Itoa(k+1)
+				}
+				page.Next = encodeCursor(o.State, -1, pos)
+			}
+		}
+		if full {
+			break
+		}
+	}
+	if !full {
+		page.Next = ""
 	}
 	if err := c.summarise(ctx, q, page.Items); err != nil {
 		return nil, err
@@ -484,11 +527,17 @@ func (c *Client) listSucceeded(ctx context.Context, q keys.Queue, o ListOptions)
 	return page, nil
 }
 
-// succeededEntry splits an entry of the succeeded list, "MS ID".
-func succeededEntry(v string) (ms int64, id string, ok bool) {
-	s, id, found := strings.Cut(v, " ")
+// succeededEntry splits an entry of the succeeded list, "MS ID1 ID2 …", its ids last
+// first (the order they are listed in).
+func succeededEntry(v string) (ms int64, ids []string, ok bool) {
+	s, rest, found := strings.Cut(v, " ")
 	ms, err := strconv.ParseInt(s, 10, 64)
-	return ms, id, found && err == nil && id != ""
+	ids = strings.Fields(rest)
+	if !found || err != nil || len(ids) == 0 {
+		return 0, nil, false
+	}
+	slices.Reverse(ids)
+	return ms, ids, true
 }
 
 func zpos(score float64, member string) string {

@@ -27,7 +27,7 @@
 -- ARGV[5]  throughput field of now's minute counting completions ("p" .. minute of the hour)
 -- ARGV[6]  throughput field of now's minute counting failed attempts ("f" .. minute)
 -- ARGV[7]  lifetime ms of a throughput hash after its newest minute
--- ARGV[8]  succeeded tasks kept in the succeeded list (the newest)
+-- ARGV[8]  succeeded tasks the succeeded list keeps, about (the newest)
 -- then the items, in groups of one band each: the band (0..9), the group's item count m,
 -- then 5 per item: task id, entry id, attempt,
 --          outcome ("s" succeeded, "r MS" retry at MS, "d" dead, "c" cancelled: the
@@ -44,10 +44,14 @@
 -- success path. A cancelled outcome keeps the record the retention ms like a success.
 --
 -- Once per call, not per item: the applied completions are added to the minute's
--- throughput counters (the failed ones, retry or dead, to its failed counter too), the
--- succeeded tasks ("MS ID", MS the time it succeeded) to the head of the succeeded list,
--- which is then cut to its newest ARGV[8] (a list, not a zset by time: a push and a trim
--- cost Redis a quarter of a zset's insert and removal, and this runs for every task).
+-- throughput counters (the failed ones, retry or dead, to its failed counter too), and
+-- the call's succeeded tasks to the head of the succeeded list as one entry,
+-- "MS ID1 ID2 …" (MS the time they succeeded, the ids in the order of the items; a list,
+-- not a zset by time: a push and a trim cost Redis a quarter of a zset's insert and
+-- removal, and this runs for every task). One entry a call, not one a task: a Lua
+-- string built per task ("MS ID") cost the completion 3k instructions a task. The list
+-- is then cut to ceil(ARGV[8] / n) entries, n this call's successes, so that it keeps
+-- about the newest ARGV[8] while calls are of a size (at most ARGV[8] entries).
 -- These are bookkeeping for observers: a key of another type there is skipped, never
 -- a reason to refuse an outcome. A retry is also filed in the retrying zset (removed again by
 -- sched_enqueue.lua, cancel.lua and run_now.lua), so that retries are counted by ZCARD.
@@ -117,7 +121,7 @@ end
 -- an outcome in capitals: the task may hold a unique key
 local capital = {S = "s", R = "r", D = "d", C = "c"}
 local out, nout = {}, 0
--- applied and failed completions; the succeeded list's new entries ("MS ID")
+-- applied and failed completions; the ids of the succeeded ones, for the succeeded list
 local applied, failed, succ, nsucc = 0, 0, {}, 0
 local at, last = 9, #ARGV
 while at < last do
@@ -182,7 +186,7 @@ while at < last do
           if unique and unique ~= "" then redis.call("PEXPIRE", uniqueprefix .. unique, keep) end
         end
         nsucc = nsucc + 1
-        succ[nsucc] = now .. " " .. id
+        succ[nsucc] = id
         if waited then ended(id, "succeeded") end
       elseif outcome == "c" then
         if text == "" then
@@ -227,8 +231,9 @@ if applied > 0 then
   if c == applied then redis.call("PEXPIRE", KEYS[3], ARGV[7]) end
   if failed > 0 and type(c) == "number" then redis.call("HINCRBY", KEYS[3], ARGV[6], failed) end
 end
-if #succ > 0 then
-  local len = redis.pcall("LPUSH", KEYS[4], unpack(succ))
-  if type(len) == "number" and len > tonumber(ARGV[8]) then redis.call("LTRIM", KEYS[4], 0, ARGV[8] - 1) end
+if nsucc > 0 then
+  local len = redis.pcall("LPUSH", KEYS[4], now .. " " .. table.concat(succ, " "))
+  local kept = math.ceil(tonumber(ARGV[8]) / nsucc)
+  if type(len) == "number" and len > kept then redis.call("LTRIM", KEYS[4], 0, kept - 1) end
 end
 return out

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -90,8 +91,8 @@ func TestCompleteCountsThroughputAndIndexes(t *testing.T) {
 		t.Fatalf("throughput hash after a second call = %v, want p2=5 f2=3", h)
 	}
 	succ := f.rdb.LRange(f.ctx, f.q.Succeeded(), 0, -1).Val()
-	if want := []string{fmt.Sprint(now, " b"), fmt.Sprint(now, " a")}; !slices.Equal(succ, want) {
-		t.Fatalf("succeeded list = %q, want %q (newest first)", succ, want)
+	if want := []string{fmt.Sprint(now, " a b")}; !slices.Equal(succ, want) {
+		t.Fatalf("succeeded list = %q, want %q (one entry for the call's successes)", succ, want)
 	}
 	retry := f.zset(t, f.q.Retrying())
 	if len(retry) != 1 || retry[0].Member != "c" || retry[0].Score != float64(now+5000) {
@@ -99,25 +100,43 @@ func TestCompleteCountsThroughputAndIndexes(t *testing.T) {
 	}
 }
 
-// The succeeded list keeps the newest lua.SucceededKept.
+// The succeeded list keeps about the newest lua.SucceededKept: a call of n successes
+// cuts it to ceil(SucceededKept / n) entries, its own first.
 func TestCompleteCapsSucceeded(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	old := make([]any, lua.SucceededKept)
-	for i := range old {
-		old[i] = fmt.Sprintf("%d old-%04d", f.now-100_000+int64(i), i) // LPUSH: the last is the newest
-	}
-	if err := f.rdb.LPush(f.ctx, f.q.Succeeded(), old...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	s := f.start(t, "n1", "n2")
-	f.complete(t, f.now, done(s["n1"], lua.Succeeded, 0), done(s["n2"], lua.Succeeded, 0))
-	l := f.rdb.LRange(f.ctx, f.q.Succeeded(), 0, -1).Val()
-	if len(l) != lua.SucceededKept {
-		t.Fatalf("succeeded list holds %d, want %d", len(l), lua.SucceededKept)
-	}
-	if want := fmt.Sprintf("%d old-0002", f.now-100_000+2); l[0] != fmt.Sprint(f.now, " n2") || l[len(l)-1] != want {
-		t.Fatalf("succeeded list runs %q … %q, want the new ones first and the two oldest gone", l[0], l[len(l)-1])
+	for _, n := range []int{1, 2, 3, 7} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			old := make([]any, lua.SucceededKept)
+			for i := range old {
+				old[i] = fmt.Sprintf("%d old-%04d", f.now-100_000+int64(i), i) // LPUSH: the last is the newest
+			}
+			if err := f.rdb.LPush(f.ctx, f.q.Succeeded(), old...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = fmt.Sprint("n", i)
+			}
+			s := f.start(t, ids...)
+			var items []lua.Completion
+			for _, id := range ids {
+				items = append(items, done(s[id], lua.Succeeded, 0))
+			}
+			f.complete(t, f.now, items...)
+			l := f.rdb.LRange(f.ctx, f.q.Succeeded(), 0, -1).Val()
+			kept := (lua.SucceededKept + n - 1) / n
+			if len(l) != kept {
+				t.Fatalf("succeeded list holds %d entries, want %d", len(l), kept)
+			}
+			// the oldest kept: old entries kept-1 back from the newest (old-0999)
+			last := lua.SucceededKept - kept + 1
+			want := fmt.Sprintf("%d old-%04d", f.now-100_000+int64(last), last)
+			if l[0] != fmt.Sprint(f.now, " ", strings.Join(ids, " ")) || l[len(l)-1] != want {
+				t.Fatalf("succeeded list runs %q … %q, want the call's entry first and %q last", l[0], l[len(l)-1], want)
+			}
+		})
 	}
 }
 

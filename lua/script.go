@@ -206,8 +206,9 @@ const (
 	// RescueRowsPerNote is how many unread inbox rows one rescued note takes back at
 	// most (the rows before it are as stale as it is).
 	RescueRowsPerNote = 100
-	// SucceededKept is how many recently succeeded tasks a queue's succeeded list keeps
-	// (complete.lua cuts it to the newest after each call).
+	// SucceededKept is about how many recently succeeded tasks a queue's succeeded list
+	// keeps: complete.lua pushes one entry a call of its n successes and cuts the list
+	// to ceil(SucceededKept / n) entries, so at most SucceededKept entries.
 	SucceededKept = 1000
 	// DeadBatch is the most dead tasks one call of dead_requeue.lua or dead_delete.lua
 	// acts on, so that Redis is never blocked long: acting on all of them is many calls.

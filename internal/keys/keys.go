@@ -17,7 +17,7 @@
 //	PREFIX:{Q}:left:WORKER          string: a draining process's tag, one minute
 //	PREFIX:{Q}:stats                hash: the queue's counters (dead_trimmed)
 //	PREFIX:{Q}:retrying             zset: task id → due time (ms) of the retries among the schedule's members
-//	PREFIX:{Q}:succeeded            list: "MS ID" of the newest lua.SucceededKept succeeded tasks, newest first
+//	PREFIX:{Q}:succeeded            list: "MS ID1 ID2 …" a completion call, about the newest lua.SucceededKept succeeded tasks, newest first
 //	PREFIX:{Q}:tp:HOUR              hash: completions and failed attempts per minute of one hour, one day
 //	PREFIX:{Q}:limits               hash: rate and concurrency limits by scope (limits.go)
 //	PREFIX:{Q}:lim:rate:SCOPE       string: a rate limit's GCRA state, µs
@@ -174,7 +174,8 @@ func (q Queue) Waiters() string { return q.base + "waiters" }
 func (q Queue) Done(id string) string { return q.base + "waiters:" + id }
 
 // Succeeded is the list of the queue's recently succeeded tasks, newest first: entries
-// "MS ID", MS the time it succeeded; capped (lua.SucceededKept).
+// "MS ID1 ID2 …" a completion call, MS the time they succeeded; capped at about
+// lua.SucceededKept tasks.
 func (q Queue) Succeeded() string { return q.base + "succeeded" }
 
 // Throughput is the hash of the completions of the queue counted per minute in one hour
