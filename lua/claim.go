@@ -180,7 +180,7 @@ func decodeClaimCmd(a ClaimArgs, cmd *redis.Cmd) (ClaimResult, error) {
 	return decodeClaim(v)
 }
 
-// parseSpec reads a task's spec as enqueue.lua packs it: "TIMEOUT_MS MAX_RETRIES
+// parseSpec reads a task's spec as enqueue.lua packs it (prelude.lua's pack_spec): "TIMEOUT_MS MAX_RETRIES
 // CREATED_AT UNIQUE FUNCTION" (the function last, so that it may hold spaces; UNIQUE 1
 // or 0). A number that does not parse reads as zero.
 func parseSpec(spec string) (fn string, timeoutMS, maxRetries, createdMS int64, unique bool) {

@@ -135,21 +135,38 @@ local prefix, deadkey = KEYS[12], KEYS[13]
 -- with a byte of 0x90 or more).
 local RECEIPT_STRIDE = 6
 
--- put appends a start to the flat list l as the reply carries it (see the top): head,
--- spec, payload, then failures and slots when failures is not 0 or slots is given ("":
--- the queue has limits, the task holds no slot)
-local function put(l, head, spec, payload, failures, slots)
-  local n = #l
-  l[n + 1], l[n + 2], l[n + 3] = head, spec, payload
-  if failures ~= 0 or slots then l[n + 4], l[n + 5] = failures, slots or "" end
+-- head_of is a start's head as the reply and the receipt's text carry it (see the top);
+-- every part a string
+local function head_of(eid, band, attempt, how, id)
+  return eid .. "{" .. band .. "{" .. attempt .. "{" .. how .. "{" .. id
+end
+
+-- is_text reports whether a receipt is the starts' text alone (it begins with an entry
+-- id's digit), not MessagePack (an array begins with a byte of 0x90 or more)
+local function is_text(receipt)
+  local c = string.byte(receipt, 1)
+  return c ~= nil and c >= 48 and c <= 57
+end
+
+-- the reply's starts (see the top), and their heads in order: the receipt's text
+local started, heads, nheads = {}, {}, 0
+
+-- start appends a start to started as the reply carries it (see the top): head, spec,
+-- payload, then failures and slots when failures is not 0 or slots is given ("": the
+-- queue has limits, the task holds no slot); and its head to heads
+local function start(head, spec, payload, failures, slots)
+  local n = #started
+  started[n + 1], started[n + 2], started[n + 3] = head, spec, payload
+  if failures ~= 0 or slots then started[n + 4], started[n + 5] = failures, slots or "" end
+  nheads = nheads + 1
+  heads[nheads] = head
 end
 
 -- old_spec builds the spec of task record h written before enqueue.lua packed its start
 -- facts into the field "spec" (absent there) from the fields that hold them one by one.
 local function old_spec(h)
   local o = redis.call("HMGET", h, "timeout_ms", "max_retries", "created_at", "unique", "function")
-  return (o[1] or "0") .. " " .. (o[2] or "0") .. " " .. (o[3] or "0") ..
-    ((o[4] or "") ~= "" and " 1 " or " 0 ") .. (o[5] or "")
+  return pack_spec(o[1] or "0", o[2] or "0", o[3] or "0", o[4] or "", o[5] or "")
 end
 
 -- spec_fn is the function a spec names (after its four numbers)
@@ -165,13 +182,11 @@ if receipt then
   -- starts still current, and restart their entries' idle clocks, so no reaper takes
   -- them before this worker's next heartbeat does.
   local out
-  local c = string.byte(receipt, 1)
-  if c and c >= 48 and c <= 57 then
+  if is_text(receipt) then
     out = {receipt, {}, {}, 0, {}, {}, 0, 0}
   else
     out = cmsgpack.unpack(receipt)
   end
-  local live = {}
   local kept = out[1]
   if type(kept) == "string" then
     -- text (see the top): the row is rebuilt from the task's record, which a
@@ -184,7 +199,7 @@ if receipt then
         if is_current(t, attempt, eid) and t[4] == consumer then
           band = tonumber(band)
           redis.call("XCLAIM", KEYS[band + 1], group, consumer, 0, eid, "JUSTID")
-          put(live, rec, t[5] or old_spec(h), t[6] or "", tonumber(t[7]) or 0)
+          start(rec, t[5] or old_spec(h), t[6] or "", tonumber(t[7]) or 0)
         end
       end
     end
@@ -194,7 +209,7 @@ if receipt then
       local ok, t = pcall(redis.call, "HMGET", prefix .. s[3], "status", "attempt", "entry", "worker")
       if ok and is_current(t, tostring(s[4]), s[1]) and t[4] == consumer then
         redis.call("XCLAIM", KEYS[s[2] + 1], group, consumer, 0, s[1], "JUSTID")
-        live[#live + 1] = s
+        started[#started + 1] = s
       end
     end
   else
@@ -206,12 +221,12 @@ if receipt then
       local t = redis.pcall("HMGET", h, "status", "attempt", "entry", "worker", "spec", "payload", "failures")
       if is_current(t, tostring(attempt), eid) and t[4] == consumer then
         redis.call("XCLAIM", KEYS[band + 1], group, consumer, 0, eid, "JUSTID")
-        put(live, eid .. "{" .. band .. "{" .. tostring(attempt) .. "{" .. how .. "{" .. id,
+        start(head_of(eid, tostring(band), tostring(attempt), tostring(how), id),
           t[5] or old_spec(h), t[6] or "", tonumber(t[7]) or 0, slots or nil)
       end
     end
   end
-  out[1] = live
+  out[1] = started
   return out
 end
 if KEYS[15] ~= KEYS[14] then
@@ -241,7 +256,7 @@ do
   end
 end
 
-local started, absorbed, invalid, returned, broken = {}, {}, {}, {}, {}
+local absorbed, invalid, returned, broken = {}, {}, {}, {}
 -- false once a start's task id holds a brace: its receipt is not text (see the top)
 local textreceipt = true
 -- the entries the caller runs now, "band entry": a reclaim leaves them to it (its process
@@ -431,9 +446,6 @@ if limits then
   end
 end
 
--- the heads of the starts, in order: the receipt's text
-local heads, nheads = {}, 0
-
 local function take(band, eid, fields, reclaiming)
   local stream = KEYS[band + 1]
   if not fields then
@@ -557,11 +569,10 @@ local function take(band, eid, fields, reclaiming)
     end
   end
   -- the usual start (fresh, no failures, no limits): three values, its head a string
-  -- the receipt reuses
-  local head = eid .. "{" .. bands[band + 1] .. "{" .. as .. (reclaimed == 1 and "{1{" or "{0{") .. id
-  put(started, head, spec, payload, failures, slots)
-  nheads = nheads + 1
-  heads[nheads] = head
+  -- the receipt reuses; head_of's format written out, as a call of it costs ~0.9k
+  -- instructions a start
+  start(eid .. "{" .. bands[band + 1] .. "{" .. as .. (reclaimed == 1 and "{1{" or "{0{") .. id,
+    spec, payload, failures, slots)
 end
 
 -- putback returns an entry delivered while the queue is paused to its stream unstarted:
@@ -630,12 +641,8 @@ if redis.call("EXISTS", inbox) == 1 then
           local ok2, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry", "worker", "failures")
           if ok2 and is_current(t, f.a, f.e) and t[4] == consumer then
             redis.call("HSET", h, "handback", "")
-            local head = f.e .. "{" .. bands[band + 1] .. "{" .. (f.a or "") .. "{2{" .. f.i
-            nheads = nheads + 1
-            heads[nheads] = head
-            put(started, head,
-              (f.t or "0") .. " " .. (f.m or "0") .. " " .. (f.c or "0") ..
-              ((f.u or "") ~= "" and " 1 " or " 0 ") .. (f.f or ""),
+            start(head_of(f.e, bands[band + 1], f.a or "", "2", f.i),
+              pack_spec(f.t or "0", f.m or "0", f.c or "0", f.u or "", f.f or ""),
               f.p or "", tonumber(t[5]) or 0, limits and "" or nil)
             if not tonumber(f.a) or string.find(f.i, "}", 1, true) then textreceipt = false end
           end
@@ -843,8 +850,7 @@ if #started + #absorbed + #invalid + #returned > 0 then
   end
   -- MessagePack, not JSON: JSON formats every number with snprintf, a real cost per task
   local ok, enc = true, kept
-  local c = type(kept) == "string" and string.byte(kept, 1)
-  if not c or c < 48 or c > 57 or #absorbed + #invalid + #returned + #broken > 0 or paused ~= 0 or
+  if type(kept) ~= "string" or not is_text(kept) or #absorbed + #invalid + #returned + #broken > 0 or paused ~= 0 or
       throttled ~= 0 or recheck ~= 0 then
     ok, enc = pcall(cmsgpack.pack, {kept, absorbed, invalid, paused, returned, broken, throttled, recheck})
   end

@@ -22,6 +22,14 @@ local function start_task(h, attempt, worker, now, entry)
   end
 end
 
+-- pack_spec packs a task's start facts that never change after its enqueue into its
+-- record's "spec" field: "TIMEOUT_MS MAX_RETRIES CREATED_AT UNIQUE FUNCTION", UNIQUE 1
+-- when the task was given a unique key (unique not ""), which it may hold still, 0 when
+-- it never holds one; the function last, so that it may hold spaces (lua.parseSpec).
+local function pack_spec(tmo, maxr, created, unique, fn)
+  return tmo .. " " .. maxr .. " " .. created .. (unique ~= "" and " 1 " or " 0 ") .. fn
+end
+
 -- The inbox row codec (a worker's inbox, PREFIX:{Q}:in:WORKER; lua.DecodeHandoff in Go).
 -- A started row: e entry, b band, i task id, a attempt, f function, p payload,
 -- t timeout ms, m max retries, u unique key, c created at ms. A delivered row: d "1",
