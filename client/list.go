@@ -486,7 +486,10 @@ func (c *Client) listSucceeded(ctx context.Context, q keys.Queue, o ListOptions)
 		return nil, fmt.Errorf("list %s: %w", o.State, err)
 	}
 	page := &Page{Items: make([]ListItem, 0, o.Limit)}
-	full := false
+	// the entry of the last item listed, and how many of its ids were listed
+	var last string
+	var listed, of int
+list:
 	for j, v := range vals {
 		ms, ids, ok := succeededEntry(v)
 		if !ok {
@@ -498,28 +501,21 @@ func (c *Client) listSucceeded(ctx context.Context, q keys.Queue, o ListOptions)
 		}
 		for k := from; k < len(ids); k++ {
 			if len(page.Items) == o.Limit {
-				full = true
-				break
+				// another item follows the page: the next page starts after the last
+				pos := last
+				if listed < of {
+					pos = last + "\n" + strconv.Itoa(listed)
+				}
+				page.Next = encodeCursor(o.State, -1, pos)
+				break list
 			}
 			if !ok {
 				page.Items = append(page.Items, ListItem{Malformed: true})
 			} else {
 				page.Items = append(page.Items, ListItem{ID: ids[k], AtMS: ms})
 			}
-			if len(page.Items) == o.Limit {
-				pos := v // the entry's last id: the next page starts after it
-				if k+1 < len(ids) {
-					pos = v + "\n" + strconv.Itoa(k+1)
-				}
-				page.Next = encodeCursor(o.State, -1, pos)
-			}
+			last, listed, of = v, k+1, len(ids)
 		}
-		if full {
-			break
-		}
-	}
-	if !full {
-		page.Next = ""
 	}
 	if err := c.summarise(ctx, q, page.Items); err != nil {
 		return nil, err
