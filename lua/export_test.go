@@ -13,5 +13,5 @@ func RawReply[A, R any](ctx context.Context, c redis.Scripter, s *Script[A, R], 
 	if err != nil {
 		return nil, err
 	}
-	return s.redis().Run(ctx, c, ks, args...).Result()
+	return s.run(ctx, c, ks, args...).Result()
 }

@@ -6,7 +6,9 @@ package lua
 
 import (
 	"context"
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -22,11 +24,16 @@ import (
 type Script[A, R any] struct {
 	name string
 	src  source
-	// script is built from src on first use, not at start-up: joining the prelude and
-	// hashing every script would cost each process's start about half a millisecond
-	// before it could claim anything.
-	once   sync.Once
-	script *redis.Script
+	// hash is the SHA1 of the source Redis sees, the name EVALSHA calls the script by:
+	// hashed when the binary was built (hashes.go), not at start-up. Joining the
+	// prelude and hashing the claim's 40 KB before the first claim cost a worker's
+	// start about 45 page faults and the hashing itself.
+	hash string
+	// full is the source Redis sees, joined on first need: a NOSCRIPT reply (the
+	// server's script cache lost it) or Load; fullHash is its SHA1, computed there.
+	once     sync.Once
+	full     string
+	fullHash string
 	// kv builds the keys and arguments of a call, or refuses a.
 	kv func(a A) ([]string, []any, error)
 	// decode reads the reply of a call made with a.
@@ -37,9 +44,10 @@ type Script[A, R any] struct {
 }
 
 func newScript[A, R any](name string, src source, kv func(A) ([]string, []any, error), decode func(A, *redis.Cmd) (R, error)) *Script[A, R] {
-	s := &Script[A, R]{name: name, src: src, kv: kv, decode: decode}
+	s := &Script[A, R]{name: name, src: src, hash: hashOf(name), kv: kv, decode: decode}
+	every = append(every, s.loader)
 	if name != trimDeadName && name != staleName {
-		all = append(all, s.redis)
+		all = append(all, s.loader)
 	}
 	return s
 }
@@ -53,20 +61,58 @@ type source struct {
 // plain is a script that calls nothing of the prelude.
 func plain(body string) source { return source{body: body} }
 
-// redis is the go-redis script, built on first use.
-func (s *Script[A, R]) redis() *redis.Script {
+// source is the script as Redis sees it, joined on first use.
+func (s *Script[A, R]) source() string {
 	s.once.Do(func() {
-		src := s.src.body
+		s.full = s.src.body
 		if s.src.prelude {
-			src = joinPrelude(src)
+			s.full = joinPrelude(s.full)
 		}
-		s.script = redis.NewScript(src)
+		sum := sha1.Sum([]byte(s.full))
+		s.fullHash = hex.EncodeToString(sum[:])
 	})
-	return s.script
+	return s.full
 }
 
-// all lists the scripts Load loads.
-var all []func() *redis.Script
+// sha is the SHA1 EVALSHA names the script by: hashes.go's, or for a script hashes.go
+// does not know (a build whose hashes were not regenerated), computed from its source.
+func (s *Script[A, R]) sha() string {
+	if s.hash != "" {
+		return s.hash
+	}
+	s.source()
+	return s.fullHash
+}
+
+// run calls the script by EVALSHA, and by EVAL when the server's script cache lacks
+// it (Redis restarted or flushed its scripts), which caches it again.
+func (s *Script[A, R]) run(ctx context.Context, c redis.Scripter, ks []string, args ...any) *redis.Cmd {
+	cmd := c.EvalSha(ctx, s.sha(), ks, args...)
+	if IsNoScript(cmd.Err()) {
+		return c.Eval(ctx, s.source(), ks, args...)
+	}
+	return cmd
+}
+
+// loader is the script as Load sees it: its name, source and hash.
+func (s *Script[A, R]) loader() (name, src, hash string) { return s.name, s.source(), s.sha() }
+
+// load puts the script in the script cache of c, and checks that the cache knows it by
+// the hash calls name it by.
+func load(ctx context.Context, c redis.Scripter, l func() (name, src, hash string)) error {
+	name, src, hash := l()
+	got, err := c.ScriptLoad(ctx, src).Result()
+	if err != nil {
+		return fmt.Errorf("lua: load %s: %w", name, err)
+	}
+	if got != hash {
+		return fmt.Errorf("lua: %s is cached as %s, but its calls name %s (hashes.go is stale: go test ./lua -run TestScriptHashes -update)", name, got, hash)
+	}
+	return nil
+}
+
+// all lists the scripts Load loads; every lists all of them.
+var all, every []func() (name, src, hash string)
 
 // Name is the script's file name.
 func (s *Script[A, R]) Name() string { return s.name }
@@ -82,7 +128,7 @@ func (s *Script[A, R]) Run(ctx context.Context, c redis.Scripter, a A) (R, error
 		var zero R
 		return zero, err
 	}
-	return s.decode(a, s.redis().Run(ctx, c, ks, args...))
+	return s.decode(a, s.run(ctx, c, ks, args...))
 }
 
 // Queue adds a call of the script with a to p, by EVALSHA; its Pending's Result decodes
@@ -95,7 +141,7 @@ func (s *Script[A, R]) Queue(ctx context.Context, p redis.Pipeliner, a A) *Pendi
 	if err != nil {
 		return &Pending[R]{err: err}
 	}
-	cmd := s.redis().EvalSha(ctx, p, ks, args...)
+	cmd := p.EvalSha(ctx, s.sha(), ks, args...)
 	return &Pending[R]{cmd: cmd, decode: func(cmd *redis.Cmd) (R, error) { return s.decode(a, cmd) }}
 }
 
@@ -135,8 +181,8 @@ func (p *Pending[R]) Result() (R, error) {
 // calls find them. Script.Run falls back to EVAL by itself; pipelines do not.
 func Load(ctx context.Context, c redis.Scripter) error {
 	for _, s := range all {
-		if err := s().Load(ctx, c).Err(); err != nil {
-			return fmt.Errorf("lua: load script: %w", err)
+		if err := load(ctx, c, s); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -26,10 +26,7 @@ var TrimDead = newScript(trimDeadName, plain(trimDeadSrc), trimDeadKV, decodeTri
 // LoadTrimDead loads trim_dead.lua into the script cache of c, for pipelined TrimDead
 // calls. It fails on a Redis before 7.0, which does not know script flags.
 func LoadTrimDead(ctx context.Context, c redis.Scripter) error {
-	if err := TrimDead.redis().Load(ctx, c).Err(); err != nil {
-		return fmt.Errorf("lua: load trim_dead.lua: %w", err)
-	}
-	return nil
+	return load(ctx, c, TrimDead.loader)
 }
 
 // TrimDeadMaxLimit bounds TrimDeadArgs.Limit: one call holds Redis for about a
