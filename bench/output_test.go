@@ -207,3 +207,19 @@ func captureStdout(t *testing.T, f func()) string {
 	_ = w.Close()
 	return <-done
 }
+
+// The cold start compared run by run: a lost run shows even when the medians do not, a
+// tie counts as not later, and a run the peer has no figure for is left out.
+func TestRunByRun(t *testing.T) {
+	peer := func(ms any) result {
+		return peerResult{fields: map[string]any{"exec_to_first_median_ms": ms}, of: coldstartResult{}}
+	}
+	dtq := []result{coldstartResult{ExecToFirstMedianMS: 13}, coldstartResult{ExecToFirstMedianMS: 16.5},
+		coldstartResult{ExecToFirstMedianMS: 14}, coldstartResult{ExecToFirstMedianMS: 12}}
+	asynq := []result{peer(15.0), peer(15.5), peer(14.0), peer("none")}
+	got := runByRun(dtq, asynq, "exec_to_first_median_ms")
+	want := "exec_to_first_median_ms run by run (dtq / asynq): dtq no later in 2 of 3: 13.0 / 15.0, 16.5 / 15.5, 14.0 / 14.0"
+	if got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}

@@ -93,6 +93,9 @@ func runPeer(ctx context.Context, e *benchEnv, o options) int {
 		}
 		if !o.json {
 			printTable(p.mode, by, []string{"dtq", "asynq"})
+			if p.mode == "coldstart" {
+				fmt.Println("  " + runByRun(by["dtq"], by["asynq"], "exec_to_first_median_ms"))
+			}
 		}
 	}
 	return 0
@@ -126,4 +129,33 @@ func def(v, d int) int {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// runByRun compares a lower-is-better figure of the two systems run by run (the i-th
+// run of each were made one after the other): in how many dtq's was the lower, and each
+// pair. A median over runs can hide a run lost.
+func runByRun(dtq, peer []result, name string) string {
+	fig := func(r result) (float64, bool) {
+		for _, f := range r.figures() {
+			if f.name == name && f.ok {
+				return f.value, true
+			}
+		}
+		return 0, false
+	}
+	ahead, n := 0, 0
+	var pairs []string
+	for i := 0; i < len(dtq) && i < len(peer); i++ {
+		d, ok1 := fig(dtq[i])
+		a, ok2 := fig(peer[i])
+		if !ok1 || !ok2 {
+			continue
+		}
+		n++
+		if d <= a {
+			ahead++
+		}
+		pairs = append(pairs, num(d)+" / "+num(a))
+	}
+	return fmt.Sprintf("%s run by run (dtq / asynq): dtq no later in %d of %d: %s", name, ahead, n, strings.Join(pairs, ", "))
 }
