@@ -8,8 +8,10 @@
 --     silent worker's execution is fenced off).
 -- Every other entry is absorbed: XACK + XDEL, nothing runs (TASK_DUPLICATE_ABSORBED),
 -- except the entry a task is running from, which stays pending for its owner or a reaper.
--- An entry without a task field, with a bad attempt or naming no task hash (or a key that
--- is not a hash) is moved to a dead record "invalid-<entry id>" that keeps its raw fields.
+-- An entry without an attempt field is at attempt 0 (a fresh task's entry can be written
+-- so: see enqueue.lua). An entry without a task field, with a bad attempt or naming no task hash (or
+-- a key that is not a hash) is moved to a dead record "invalid-<entry id>" that keeps its
+-- raw fields.
 -- A task record whose status or attempt is not one dtq writes cannot be run safely (it may
 -- or may not have run): the task is killed with an error quoting the bad value, the rest
 -- of its record kept, and reported among the invalid entries under its own id.
@@ -458,6 +460,7 @@ local function take(band, eid, fields, reclaiming)
   if not id or id == "" then
     return reject(stream, band, eid, fields, "malformed entry: no task field")
   end
+  a = a or "0"
   local an = small[a] or count(a)
   if not an then
     return reject(stream, band, eid, fields, "malformed entry: attempt " .. tostring(a) .. " is not a count")

@@ -150,6 +150,11 @@ while i <= last do
         end
         ready[stream] = true
       end
+      -- The attempt field could go: claim.lua reads an entry without one as attempt 0,
+      -- two strings fewer for it to parse (3.9k instructions a claimed task, measured).
+      -- It stays while workers of the release before that reading may claim this entry:
+      -- they take an entry without an attempt for a malformed one, and the task would
+      -- wait for an entry no longer there.
       entry = redis.call("XADD", stream, "*", "task", id, "attempt", "0")
       status, queued_at = "queued", now
       if waiters then

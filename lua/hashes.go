@@ -9,7 +9,7 @@ func hashOf(name string) string {
 	case "cancel.lua":
 		return "c05b68d0c28215d2eeb71bc021c9c07d42011599"
 	case "claim.lua":
-		return "08c80e19198f26c8ef36c08159987a6504d13a5b"
+		return "f05888069ce6d31763bbd121481f6d94c60ba550"
 	case "complete.lua":
 		return "2dedf9851e59d99786c3103eb9152e608242563a"
 	case "cron_advance.lua":
@@ -19,7 +19,7 @@ func hashOf(name string) string {
 	case "dead_requeue.lua":
 		return "fbda6a8bb6ed6229131fd06015a90141d6f6683b"
 	case "enqueue.lua":
-		return "1bfb7c911041f43978889675756a3cce4b156127"
+		return "1453003ac9c82b3cc08c68a79b69f5bbe09c89f1"
 	case "leave.lua":
 		return "807e602785418a9e6594f33768e4a1a9ca025324"
 	case "lock_release.lua":

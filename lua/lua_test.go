@@ -776,3 +776,57 @@ func TestResentClaimReadsWholeRowReceipt(t *testing.T) {
 		t.Fatalf("replay of a whole-row receipt = %+v, want %+v", again.Started, first.Started)
 	}
 }
+
+// The claim reads an entry without an attempt field as attempt 0: it starts a queued task
+// at attempt 1, and is stale (absorbed, the task left waiting on its own entry) for a task
+// already at a later attempt. An entry that carries its attempt is read as before.
+func TestEntryWithoutAttempt(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if err := f.rdb.XGroupCreateMkStream(f.ctx, f.q.Stream(3), keys.Group, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	short, err := f.rdb.XAdd(f.ctx, &redis.XAddArgs{Stream: f.q.Stream(3), Values: []any{"task", "fresh"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.HSet(f.ctx, f.q.Task("fresh"), "status", "queued", "attempt", "0", "entry", short,
+		"spec", "0 5 1 0 noop", "payload", "", "failures", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 10})
+	if len(r.Started) != 1 || r.Started[0].ID != "fresh" || r.Started[0].Attempt != 1 || len(r.Invalid) != 0 {
+		t.Fatalf("started %+v invalid %+v, want fresh at attempt 1", r.Started, r.Invalid)
+	}
+	if a := f.field(t, "fresh", "attempt"); a != "1" {
+		t.Fatalf("record attempt = %q, want 1", a)
+	}
+
+	// a task queued for its third attempt, its own entry saying so, and a stray entry
+	// without an attempt (a hand-written one) ahead of it on the band
+	if err := f.rdb.HSet(f.ctx, f.q.Task("retry"), "status", "queued", "attempt", "2", "failures", "2",
+		"spec", "0 5 1 0 noop", "payload", "").Err(); err != nil {
+		t.Fatal(err)
+	}
+	stray, err := f.rdb.XAdd(f.ctx, &redis.XAddArgs{Stream: f.q.Stream(3), Values: []any{"task", "retry"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := f.rdb.XAdd(f.ctx, &redis.XAddArgs{Stream: f.q.Stream(3), Values: []any{"task", "retry", "attempt", "2"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.HSet(f.ctx, f.q.Task("retry"), "entry", own).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 10})
+	if len(r.Absorbed) != 1 || r.Absorbed[0].Entry != stray || r.Absorbed[0].Status != "queued" {
+		t.Fatalf("absorbed %+v, want the stray entry %s of the queued task", r.Absorbed, stray)
+	}
+	if len(r.Started) != 1 || r.Started[0].Entry != own || r.Started[0].Attempt != 3 || r.Started[0].Failures != 2 {
+		t.Fatalf("started %+v, want retry from its own entry %s at attempt 3", r.Started, own)
+	}
+	if len(r.Invalid) != 0 {
+		t.Fatalf("invalid %+v, want none", r.Invalid)
+	}
+}
