@@ -132,13 +132,21 @@ func printTable(mode string, bySystem map[string][]result, systems []string) {
 func values(rs []result, name string) []float64 {
 	var xs []float64
 	for _, r := range rs {
-		for _, f := range r.figures() {
-			if f.name == name && f.ok {
-				xs = append(xs, f.value)
-			}
+		if v, ok := valueOf(r, name); ok {
+			xs = append(xs, v)
 		}
 	}
 	return xs
+}
+
+// valueOf is the figure name of r, and whether r measured it.
+func valueOf(r result, name string) (float64, bool) {
+	for _, f := range r.figures() {
+		if f.name == name && f.ok {
+			return f.value, true
+		}
+	}
+	return 0, false
 }
 
 func num(x float64) string {

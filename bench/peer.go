@@ -135,19 +135,11 @@ func lastLine(s string) string {
 // run of each were made one after the other): in how many dtq's was the lower, and each
 // pair. A median over runs can hide a run lost.
 func runByRun(dtq, peer []result, name string) string {
-	fig := func(r result) (float64, bool) {
-		for _, f := range r.figures() {
-			if f.name == name && f.ok {
-				return f.value, true
-			}
-		}
-		return 0, false
-	}
 	ahead, n := 0, 0
 	var pairs []string
 	for i := 0; i < len(dtq) && i < len(peer); i++ {
-		d, ok1 := fig(dtq[i])
-		a, ok2 := fig(peer[i])
+		d, ok1 := valueOf(dtq[i], name)
+		a, ok2 := valueOf(peer[i], name)
 		if !ok1 || !ok2 {
 			continue
 		}
