@@ -26,10 +26,10 @@ var update = flag.Bool("update", false, "rewrite hashes.go from the scripts' sou
 func TestScriptHashes(t *testing.T) {
 	type entry struct{ name, hash string }
 	var es []entry
-	for _, l := range every {
-		name, src, _ := l()
+	for _, s := range every {
+		src, _ := s.text()
 		sum := sha1.Sum([]byte(src))
-		es = append(es, entry{name, hex.EncodeToString(sum[:])})
+		es = append(es, entry{s.name, hex.EncodeToString(sum[:])})
 	}
 	files, err := filepath.Glob("*.lua")
 	if err != nil {
@@ -77,15 +77,19 @@ func TestLoadChecksHashes(t *testing.T) {
 	if err := Load(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range all {
-		name, _, hash := l()
+	for _, s := range every {
+		if !s.loaded() {
+			continue
+		}
+		name := s.name
+		_, hash := s.text()
 		ok, err := rdb.ScriptExists(ctx, hash).Result()
 		if err != nil || len(ok) != 1 || !ok[0] {
 			t.Errorf("%s: SCRIPT EXISTS %s = %v %v after Load", name, hash, ok, err)
 		}
 	}
 	stale := &Script[struct{}, string]{name: "stale-hash.lua", src: plain("return 'x'"), hash: strings.Repeat("0", 40)}
-	err := load(ctx, rdb, stale.loader)
+	err := load(ctx, rdb, stale.ref())
 	if err == nil || !strings.Contains(err.Error(), "stale-hash.lua") || !strings.Contains(err.Error(), "-update") {
 		t.Fatalf("load with a wrong hash = %v, want it refused by name", err)
 	}

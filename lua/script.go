@@ -30,7 +30,8 @@ type Script[A, R any] struct {
 	// start about 45 page faults and the hashing itself.
 	hash string
 	// full is the source Redis sees, joined on first need: a NOSCRIPT reply (the
-	// server's script cache lost it) or Load; fullHash is its SHA1, computed there.
+	// server's script cache lost it) or Load; fullHash is its SHA1, computed there only
+	// when hashes.go does not know the script.
 	once     sync.Once
 	full     string
 	fullHash string
@@ -45,10 +46,7 @@ type Script[A, R any] struct {
 
 func newScript[A, R any](name string, src source, kv func(A) ([]string, []any, error), decode func(A, *redis.Cmd) (R, error)) *Script[A, R] {
 	s := &Script[A, R]{name: name, src: src, hash: hashOf(name), kv: kv, decode: decode}
-	every = append(every, s.loader)
-	if name != trimDeadName && name != staleName {
-		all = append(all, s.loader)
-	}
+	every = append(every, s.ref())
 	return s
 }
 
@@ -68,8 +66,10 @@ func (s *Script[A, R]) source() string {
 		if s.src.prelude {
 			s.full = joinPrelude(s.full)
 		}
-		sum := sha1.Sum([]byte(s.full))
-		s.fullHash = hex.EncodeToString(sum[:])
+		if s.hash == "" {
+			sum := sha1.Sum([]byte(s.full))
+			s.fullHash = hex.EncodeToString(sum[:])
+		}
 	})
 	return s.full
 }
@@ -94,25 +94,38 @@ func (s *Script[A, R]) run(ctx context.Context, c redis.Scripter, ks []string, a
 	return cmd
 }
 
-// loader is the script as Load sees it: its name, source and hash.
-func (s *Script[A, R]) loader() (name, src, hash string) { return s.name, s.source(), s.sha() }
+// text is the script's source and the hash its calls name it by.
+func (s *Script[A, R]) text() (src, hash string) { return s.source(), s.sha() }
+
+// ref is the script as Load sees it.
+func (s *Script[A, R]) ref() scriptRef { return scriptRef{s.name, s.text} }
+
+// scriptRef is a script of any argument and reply types, as Load and the tests see it.
+type scriptRef struct {
+	name string
+	text func() (src, hash string)
+}
+
+// loaded reports whether Load loads the script: all but trim_dead.lua (LoadTrimDead)
+// and stale.lua (the observer's, only ever Run).
+func (r scriptRef) loaded() bool { return r.name != trimDeadName && r.name != staleName }
 
 // load puts the script in the script cache of c, and checks that the cache knows it by
 // the hash calls name it by.
-func load(ctx context.Context, c redis.Scripter, l func() (name, src, hash string)) error {
-	name, src, hash := l()
+func load(ctx context.Context, c redis.Scripter, s scriptRef) error {
+	src, hash := s.text()
 	got, err := c.ScriptLoad(ctx, src).Result()
 	if err != nil {
-		return fmt.Errorf("lua: load %s: %w", name, err)
+		return fmt.Errorf("lua: load %s: %w", s.name, err)
 	}
 	if got != hash {
-		return fmt.Errorf("lua: %s is cached as %s, but its calls name %s (hashes.go is stale: go test ./lua -run TestScriptHashes -update)", name, got, hash)
+		return fmt.Errorf("lua: %s is cached as %s, but its calls name %s (hashes.go is stale: go test ./lua -run TestScriptHashes -update)", s.name, got, hash)
 	}
 	return nil
 }
 
-// all lists the scripts Load loads; every lists all of them.
-var all, every []func() (name, src, hash string)
+// every lists every script, for Load.
+var every []scriptRef
 
 // Name is the script's file name.
 func (s *Script[A, R]) Name() string { return s.name }
@@ -180,7 +193,10 @@ func (p *Pending[R]) Result() (R, error) {
 // observer's, only ever Run) into the script cache of c, so that pipelined EVALSHA
 // calls find them. Script.Run falls back to EVAL by itself; pipelines do not.
 func Load(ctx context.Context, c redis.Scripter) error {
-	for _, s := range all {
+	for _, s := range every {
+		if !s.loaded() {
+			continue
+		}
 		if err := load(ctx, c, s); err != nil {
 			return err
 		}

@@ -26,7 +26,7 @@ var TrimDead = newScript(trimDeadName, plain(trimDeadSrc), trimDeadKV, decodeTri
 // LoadTrimDead loads trim_dead.lua into the script cache of c, for pipelined TrimDead
 // calls. It fails on a Redis before 7.0, which does not know script flags.
 func LoadTrimDead(ctx context.Context, c redis.Scripter) error {
-	return load(ctx, c, TrimDead.loader)
+	return load(ctx, c, TrimDead.ref())
 }
 
 // TrimDeadMaxLimit bounds TrimDeadArgs.Limit: one call holds Redis for about a
