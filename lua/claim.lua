@@ -9,9 +9,9 @@
 -- Every other entry is absorbed: XACK + XDEL, nothing runs (TASK_DUPLICATE_ABSORBED),
 -- except the entry a task is running from, which stays pending for its owner or a reaper.
 -- An entry without an attempt field is at attempt 0 (a fresh task's entry can be written
--- so: see enqueue.lua). An entry without a task field, with a bad attempt or naming no task hash (or
--- a key that is not a hash) is moved to a dead record "invalid-<entry id>" that keeps its
--- raw fields.
+-- so: see enqueue.lua). An entry without a task field, with a bad attempt or naming no
+-- task hash (or a key that is not a hash) is moved to a dead record "invalid-<entry id>"
+-- that keeps its raw fields.
 -- A task record whose status or attempt is not one dtq writes cannot be run safely (it may
 -- or may not have run): the task is killed with an error quoting the bad value, the rest
 -- of its record kept, and reported among the invalid entries under its own id.

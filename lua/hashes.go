@@ -9,7 +9,7 @@ func hashOf(name string) string {
 	case "cancel.lua":
 		return "c05b68d0c28215d2eeb71bc021c9c07d42011599"
 	case "claim.lua":
-		return "f05888069ce6d31763bbd121481f6d94c60ba550"
+		return "bfeafdec9545a41908b68a89e539486add6cf3b3"
 	case "complete.lua":
 		return "2dedf9851e59d99786c3103eb9152e608242563a"
 	case "cron_advance.lua":
