@@ -3,6 +3,7 @@ package lua_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/dtq/dtq/lua"
 )
@@ -166,5 +167,43 @@ func TestRequeueClearsACancelRequest(t *testing.T) {
 	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1})
 	if len(r.Started) != 1 || f.touch(t, "w", 0, r.Started[0])[0] != lua.StillHeld {
 		t.Fatalf("requeued task: started %+v", r.Started)
+	}
+}
+
+// A task a reclaim ends cancelled keeps its record and unique key the retention the
+// reclaim is given, as a cancel or a cancelled outcome would: not forever. Without a
+// retention (KeepMS 0) both stay, as everywhere else.
+func TestReclaimCancelKeepsTheRetention(t *testing.T) {
+	t.Parallel()
+	for _, keep := range []int64{0, 90_000} {
+		f := setup(t)
+		f.enqueue(t, lua.NewTask{ID: "c", Unique: "once"})
+		f.enqueue(t, lua.NewTask{ID: "plain"})
+		s := map[string]lua.Started{}
+		for _, st := range f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 4}).Started {
+			s[st.ID] = st
+		}
+		for _, id := range []string{"c", "plain"} {
+			if _, err := f.cancel(t, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.touch(t, "w", 60_000, s["c"], s["plain"])
+		r := f.claim(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 4, MinIdleMS: 30_000, KeepMS: keep})
+		if len(r.Started) != 0 || len(r.Absorbed) != 2 {
+			t.Fatalf("keep %d: reclaim started %+v absorbed %+v; want both absorbed", keep, r.Started, r.Absorbed)
+		}
+		for _, k := range []string{f.q.Task("c"), f.q.Task("plain"), f.q.Unique("once")} {
+			ttl := f.rdb.PTTL(f.ctx, k).Val()
+			if keep == 0 && ttl != -1 {
+				t.Errorf("keep 0: %s has a lifetime of %v; want none", k, ttl)
+			}
+			if keep > 0 && (ttl <= 0 || ttl > time.Duration(keep)*time.Millisecond) {
+				t.Errorf("keep %d ms: %s lives %v; want the retention", keep, k, ttl)
+			}
+		}
+		if st := f.field(t, "c", "status"); st != "cancelled" {
+			t.Errorf("keep %d: status %q; want cancelled", keep, st)
+		}
 	}
 }

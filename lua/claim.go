@@ -38,6 +38,9 @@ type ClaimArgs struct {
 	RegisterUntilMS int64
 	Tag             string     // the calling process's tag (see Leave)
 	Received        []Received // hand-offs the worker's blocking read got from its inbox
+	// KeepMS: how long the record (and unique key) of a task a reclaim ends cancelled
+	// is kept, the worker's retention of finished tasks; 0: kept for good.
+	KeepMS int64
 	// Call names this call for its receipt (a resent call gets the same reply) and
 	// Previous the caller's previous call on the queue (its receipt is deleted). Empty
 	// Call: a random one.
@@ -139,16 +142,16 @@ func claimKV(a ClaimArgs) ([]string, []any, error) {
 	if prev == "" {
 		prev = a.Call
 	}
-	ks := make([]string, 0, 22)
+	ks := make([]string, 0, 23)
 	ks = append(ks, q.Streams[:]...)
 	ks = append(ks, q.Paused(), q.TaskPrefix(), q.Dead(), q.Receipt(a.Call), q.Receipt(prev),
 		q.Waiting(), q.Inbox(a.Consumer), q.Left(a.Consumer), q.Handed(), q.Limits(), q.LimitPrefix(),
-		q.Waiters())
+		q.Waiters(), q.UniquePrefix())
 	mode := "read"
 	if a.Reclaim {
 		mode = "reclaim"
 	}
-	args := make([]any, 0, 17+2*len(a.Delivered)+2*len(a.Received)+2*len(a.Holds))
+	args := make([]any, 0, 18+2*len(a.Delivered)+2*len(a.Received)+2*len(a.Holds))
 	args = append(args, keys.Group, a.Consumer, a.NowMS, mode, a.Want, a.MaxPayload, a.MinIdleMS, q.Name,
 		a.RegisterUntilMS, a.Tag, ReceiptTTL.Milliseconds(), InboxTTL.Milliseconds(),
 		MaxEntryTaskID, LapsedPerCall, len(a.Received))
@@ -163,6 +166,7 @@ func claimKV(a ClaimArgs) ([]string, []any, error) {
 	for _, d := range a.Holds {
 		args = append(args, d.Band, d.Entry)
 	}
+	args = append(args, a.KeepMS)
 	return ks, args, nil
 }
 

@@ -33,6 +33,7 @@
 -- KEYS[21]    limit state prefix   PREFIX:{Q}:lim: (+ "rate:SCOPE", "run:SCOPE")
 -- KEYS[22]    waiters zset         PREFIX:{Q}:waiters (wait.lua): a task this call ends
 --             (killed, or cancelled by a reclaim) wakes its waiters as complete.lua does
+-- KEYS[23]    unique key prefix    PREFIX:{Q}:u: (+ unique key)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer (worker id)
 -- ARGV[3]  now ms
@@ -55,6 +56,8 @@
 -- then n pairs: band, entry id
 -- then h: entries the caller runs now (reclaim mode: never taken back from itself)
 -- then h pairs: band, entry id
+-- last: retention ms of finished tasks ("0": kept), for a task a reclaim ends cancelled:
+--       its record and unique key then expire as complete.lua's and cancel.lua's do
 --
 -- Hand-offs (see enqueue.lua). The caller's inbox rows it names were received: they are
 -- deleted, their tasks' handback marks cleared and their notes in KEYS[19] removed. Rows
@@ -124,6 +127,7 @@ local mode, want, maxpayload = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local minidle, queue = tonumber(ARGV[7]), ARGV[8]
 local maxid, lapsedmax = tonumber(ARGV[13]), ARGV[14]
 local prefix, deadkey = KEYS[12], KEYS[13]
+local keep = ARGV[#ARGV]
 
 -- A receipt keeps, for each start, its entry, band, task id, attempt, how and slots, not
 -- the whole started row: packing every row with its payload cost more than the start
@@ -526,6 +530,11 @@ local function take(band, eid, fields, reclaiming)
     if hc[2] then
       ack(stream, eid)
       redis.call("HSET", h, "status", "cancelled", "finished_at", now)
+      if keep ~= "0" then
+        redis.call("PEXPIRE", h, keep)
+        local u = redis.call("HGET", h, "unique")
+        if u and u ~= "" then redis.call("PEXPIRE", KEYS[23] .. u, keep) end
+      end
       absorbed[#absorbed + 1] = {eid, band, id, "cancelled"}
       ended(id, limits and spec_fn(spec), "cancelled")
       return

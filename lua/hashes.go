@@ -9,7 +9,7 @@ func hashOf(name string) string {
 	case "cancel.lua":
 		return "c05b68d0c28215d2eeb71bc021c9c07d42011599"
 	case "claim.lua":
-		return "bfeafdec9545a41908b68a89e539486add6cf3b3"
+		return "19113a97f115800c9679bdd1b7c0a88f4c40a7ac"
 	case "complete.lua":
 		return "2dedf9851e59d99786c3103eb9152e608242563a"
 	case "cron_advance.lua":

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dtq/dtq/client"
 	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/lua"
 	"github.com/dtq/dtq/runtime"
 )
 
@@ -165,6 +166,40 @@ func TestCancelRacesCompletion(t *testing.T) {
 		}
 		if ti.Failures != 0 {
 			t.Errorf("%s: %d failures counted", id, ti.Failures)
+		}
+	}
+}
+
+// A task whose worker died after a cancel was requested is ended cancelled by a peer's
+// reaper, and its record and unique key then expire after that worker's
+// DTQ_RESULT_TTL_S, as those of a task cancelled any other way do.
+func TestReclaimedCancelExpiresWithTheRetention(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	q := keys.New(e.prefix).Queue("default")
+	id, created, err := e.c.Enqueue(e.ctx, client.Task{Queue: "default", Function: "noop", Unique: "only-one"})
+	if err != nil || !created {
+		t.Fatalf("enqueue: %v %v", created, err)
+	}
+	// a worker that dies right after its claim: the task is running, nobody touches it
+	r, err := lua.Claim.Run(e.ctx, e.rdb, lua.ClaimArgs{Queue: q, Consumer: "ghost", NowMS: time.Now().UnixMilli(),
+		Want: 1, MaxPayload: 1 << 20})
+	if err != nil || len(r.Started) != 1 {
+		t.Fatalf("ghost's claim = %+v, %v", r, err)
+	}
+	if out, err := e.c.CancelTask(e.ctx, "default", id); err != nil || out != client.CancelRequested {
+		t.Fatalf("CancelTask = %q, %v; want requested", out, err)
+	}
+	rec := newRecorder()
+	reg := runtime.NewRegistry()
+	reg.Register("noop", func(context.Context, *runtime.Task) ([]byte, error) { return nil, nil }, runtime.FuncOptions{})
+	startWorker(t, e.rdb, e.config(t, "DTQ_RESULT_TTL_S", "600"), reg, rec)
+	if ti := e.waitFinal(t, id); ti.Status != client.StatusCancelled {
+		t.Fatalf("status %s; want cancelled", ti.Status)
+	}
+	for _, k := range []string{q.Task(id), q.Unique("only-one")} {
+		if ttl := e.rdb.PTTL(e.ctx, k).Val(); ttl <= 0 || ttl > 600*time.Second {
+			t.Errorf("%s lives %v; want at most DTQ_RESULT_TTL_S", k, ttl)
 		}
 	}
 }

@@ -123,7 +123,7 @@ func (r *reaper) runOnce(ctx context.Context) (int, error) {
 		res, err := lua.Claim.Run(cctx, w.rdb, lua.ClaimArgs{Queue: q,
 			Consumer: w.id, NowMS: w.now().UnixMilli(), Reclaim: true, Want: budget,
 			MinIdleMS: w.vtMS, MaxPayload: w.cfg.MaxPayloadBytes, Call: call, Previous: prev,
-			Holds: holds[q.Name],
+			Holds: holds[q.Name], KeepMS: w.keepMS,
 		})
 		cancel()
 		w.sawRedis(err)
