@@ -7,6 +7,10 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+
+	// first among dtq's imports: its initialiser maps the pages the start is about to
+	// touch (DTQ_PREFAULT)
+	_ "github.com/dtq/dtq/internal/prefault"
 )
 
 type command struct {

@@ -1,0 +1,98 @@
+package prefault
+
+import (
+	"reflect"
+	"runtime"
+	"syscall"
+	"testing"
+	"unsafe"
+)
+
+func TestEnabled(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		v    string
+		set  bool
+		want bool
+	}{
+		{"", false, true}, {"", true, true}, {"true", true, true}, {"1", true, true},
+		{"false", true, false}, {"0", true, false}, {"F", true, false}, {"FALSE", true, false},
+		{"maybe", true, true}, // refused by the worker's configuration, on here
+	} {
+		if got := Enabled(c.v, c.set); got != c.want {
+			t.Errorf("Enabled(%q, %v) = %v, want %v", c.v, c.set, got, c.want)
+		}
+	}
+}
+
+var data = []int{1, 2, 3} // in the executable's writable data
+
+// The program headers read from the auxiliary vector describe this very executable: a
+// read-only loaded segment holds its code, a writable one its data.
+func TestProgramHeadersDescribeTheExecutable(t *testing.T) {
+	t.Parallel()
+	phdr, n := programHeaders()
+	if phdr == nil || n == 0 {
+		t.Fatal("no program headers")
+	}
+	hs := unsafe.Slice((*elfPhdr)(phdr), n)
+	var bias uintptr
+	for _, h := range hs {
+		if h.typ == 6 {
+			bias = uintptr(phdr) - uintptr(h.vaddr)
+		}
+	}
+	in := func(addr uintptr, writable bool) bool {
+		for _, h := range hs {
+			lo := bias + uintptr(h.vaddr)
+			if h.typ == ptLoad && (h.flags&pfW != 0) == writable && lo <= addr && addr < lo+uintptr(h.memsz) {
+				return true
+			}
+		}
+		return false
+	}
+	if code := reflect.ValueOf(TestEnabled).Pointer(); !in(code, false) {
+		t.Errorf("code at %#x is in no read-only segment", code)
+	}
+	if d := uintptr(unsafe.Pointer(&data)); !in(d, true) {
+		t.Errorf("data at %#x is in no writable segment", d)
+	}
+}
+
+// faultsTouching counts the page faults this thread takes writing one byte of each page
+// of b.
+func faultsTouching(b []byte) int64 {
+	var before, after syscall.Rusage
+	_ = syscall.Getrusage(1 /* RUSAGE_THREAD */, &before)
+	for i := 0; i < len(b); i += page {
+		b[i] = 1
+	}
+	_ = syscall.Getrusage(1, &after)
+	return after.Minflt - before.Minflt
+}
+
+// A populated range is written without a fault a page; an untouched one is not.
+func TestPopulateMapsThePages(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	const size = 256 * page
+	mapped := func() []byte {
+		b, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Munmap(b) })
+		return b
+	}
+	cold := mapped()
+	if n := faultsTouching(cold); n < size/page/2 {
+		t.Fatalf("touching %d fresh pages took %d faults: the count does not see them", size/page, n)
+	}
+	warm := mapped()
+	if !populate(uintptr(unsafe.Pointer(&warm[0])), uintptr(unsafe.Pointer(&warm[0]))+size, madvPopulateWrite) {
+		t.Fatal("MADV_POPULATE_WRITE refused on a private anonymous mapping")
+	}
+	if n := faultsTouching(warm); n > 8 {
+		t.Fatalf("touching %d populated pages took %d faults", size/page, n)
+	}
+}
