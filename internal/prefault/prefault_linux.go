@@ -9,11 +9,13 @@ const (
 	madvPopulateRead  = 22 // MADV_POPULATE_READ, Linux 5.14; older kernels: EINVAL, ignored
 	madvPopulateWrite = 23 // MADV_POPULATE_WRITE
 	ptLoad            = 1
+	ptPhdr            = 6
 	pfW               = 2
 	atPhdr, atPhnum   = 3, 5
 	page              = 4096
-	// heapSpan: the heap a worker touches before its first task, and a bit
-	heapSpan = 1536 << 10
+	// heapSpan: the heap a worker touches before its first task, and a bit; mapped
+	// heapStep at a time
+	heapSpan, heapStep = 1536 << 10, 256 << 10
 	// bssSpan: the zeroed data after the initialised data that a start touches
 	bssSpan = 256 << 10
 )
@@ -34,37 +36,56 @@ func init() {
 
 // run maps the pages (see the package's documentation).
 func run() {
-	if phdr, n := programHeaders(); phdr != nil {
-		hs := unsafe.Slice((*elfPhdr)(phdr), n)
-		// the load bias (0 for a non-PIE executable): where the headers are, less where
-		// the segment holding them says they are
-		var bias uintptr
-		for _, h := range hs {
-			if h.typ == 6 { // PT_PHDR
-				bias = uintptr(phdr) - uintptr(h.vaddr)
-			}
-		}
-		for _, h := range hs {
-			if h.typ != ptLoad {
-				continue
-			}
-			start := (bias + uintptr(h.vaddr)) &^ (page - 1)
-			if h.flags&pfW == 0 {
-				populate(start, bias+uintptr(h.vaddr+h.memsz), madvPopulateRead)
-			} else {
-				populate(start, bias+uintptr(h.vaddr+min(h.memsz, h.filesz+bssSpan)), madvPopulateWrite)
-			}
+	for _, g := range segments() {
+		if g.writable {
+			populate(g.start, min(g.end, g.fileEnd+bssSpan), madvPopulateWrite)
+		} else {
+			populate(g.start, g.end, madvPopulateRead)
 		}
 	}
 	sink = new([64]byte)
 	start := uintptr(unsafe.Pointer(sink)) &^ (page - 1)
 	sink = nil
 	// the heap is mapped a few megabytes at a time: stop where its mapping ends
-	for off := uintptr(0); off < heapSpan; off += 256 << 10 {
-		if !populate(start+off, start+off+256<<10, madvPopulateWrite) {
+	for off := uintptr(0); off < heapSpan; off += heapStep {
+		if !populate(start+off, start+off+heapStep, madvPopulateWrite) {
 			break
 		}
 	}
+}
+
+// segment is a loaded segment of the executable, in memory: [start, end), its data from
+// the file up to fileEnd (the rest zeroed).
+type segment struct {
+	start, fileEnd, end uintptr
+	writable            bool
+}
+
+// segments lists the executable's loaded segments (none when its program headers
+// cannot be read).
+func segments() []segment {
+	phdr, n := programHeaders()
+	if phdr == nil {
+		return nil
+	}
+	hs := unsafe.Slice((*elfPhdr)(phdr), n)
+	// the load bias (0 for a non-PIE executable): where the headers are, less where the
+	// segment holding them says they are
+	var bias uintptr
+	for _, h := range hs {
+		if h.typ == ptPhdr {
+			bias = uintptr(phdr) - uintptr(h.vaddr)
+		}
+	}
+	var out []segment
+	for _, h := range hs {
+		if h.typ == ptLoad {
+			lo := bias + uintptr(h.vaddr)
+			out = append(out, segment{start: lo &^ (page - 1), fileEnd: lo + uintptr(h.filesz),
+				end: lo + uintptr(h.memsz), writable: h.flags&pfW != 0})
+		}
+	}
+	return out
 }
 
 // populate maps the pages of [start, end), rounded out to pages; false when the kernel

@@ -27,25 +27,17 @@ func TestEnabled(t *testing.T) {
 
 var data = []int{1, 2, 3} // in the executable's writable data
 
-// The program headers read from the auxiliary vector describe this very executable: a
-// read-only loaded segment holds its code, a writable one its data.
-func TestProgramHeadersDescribeTheExecutable(t *testing.T) {
+// The segments read from the auxiliary vector's program headers describe this very
+// executable: a read-only one holds its code, a writable one its data.
+func TestSegmentsDescribeTheExecutable(t *testing.T) {
 	t.Parallel()
-	phdr, n := programHeaders()
-	if phdr == nil || n == 0 {
-		t.Fatal("no program headers")
-	}
-	hs := unsafe.Slice((*elfPhdr)(phdr), n)
-	var bias uintptr
-	for _, h := range hs {
-		if h.typ == 6 {
-			bias = uintptr(phdr) - uintptr(h.vaddr)
-		}
+	gs := segments()
+	if len(gs) == 0 {
+		t.Fatal("no loaded segments")
 	}
 	in := func(addr uintptr, writable bool) bool {
-		for _, h := range hs {
-			lo := bias + uintptr(h.vaddr)
-			if h.typ == ptLoad && (h.flags&pfW != 0) == writable && lo <= addr && addr < lo+uintptr(h.memsz) {
+		for _, g := range gs {
+			if g.writable == writable && g.start <= addr && addr < g.end {
 				return true
 			}
 		}
