@@ -66,6 +66,7 @@
 -- leading zeros, so the longer ms part is the later one; with ms parts of one length and
 -- ids of one length, byte order is numeric order. Plain finds and one comparison: this runs
 -- for every finished entry, and pattern captures with tonumber cost more than the HSET.
+local byte = string.byte
 local function idless(a, b)
   local da, db = string.find(a, "-", 1, true), string.find(b, "-", 1, true)
   if da ~= db then return da < db end
@@ -103,11 +104,22 @@ local function finish(stream, ids)
   local floor = nil
   if #oldest > 0 then floor = oldest[1][1] end
   if floor then
-    local del = {}
-    for _, eid in ipairs(ids) do
-      if not idless(eid, floor) then del[#del + 1] = eid end
+    -- ids as long as the floor with their dash where the floor has it (every id of a
+    -- stream written with "*" in these centuries) compare as strings: one byte read,
+    -- not idless's two finds and a call
+    local del, nd = {}, 0
+    local fl = #floor
+    local fd = string.find(floor, "-", 1, true)
+    for i = 1, #ids do
+      local eid = ids[i]
+      local later
+      if #eid == fl and byte(eid, fd) == 45 then later = eid >= floor else later = not idless(eid, floor) end
+      if later then
+        nd = nd + 1
+        del[nd] = eid
+      end
     end
-    if #del > 0 then redis.call("XDEL", stream, unpack(del)) end
+    if nd > 0 then redis.call("XDEL", stream, unpack(del)) end
   else
     local newest = ids[1]
     for i = 2, #ids do
@@ -123,14 +135,16 @@ local capital = {S = "s", R = "r", D = "d", C = "c"}
 local out, nout = {}, 0
 -- applied and failed completions; the ids of the succeeded ones, for the succeeded list
 local applied, failed, succ, nsucc = 0, 0, {}, 0
-local at, last = 9, #ARGV
+-- locals, not globals: each use of ARGV or redis would be a lookup in the globals
+local argv, call, pcall_ = ARGV, redis.call, redis.pcall
+local at, last = 9, #argv
 while at < last do
-  local stream, m = streamprefix .. ARGV[at], tonumber(ARGV[at + 1])
+  local stream, m = streamprefix .. argv[at], tonumber(argv[at + 1])
   at = at + 2
   -- the group's applied entries: one XACK for them all, not one per entry
   local done, ndone = {}, 0
   for _ = 1, m do
-    local id, eid, attempt, outcome, text = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
+    local id, eid, attempt, outcome, text = argv[at], argv[at + 1], argv[at + 2], argv[at + 3], argv[at + 4]
     at = at + 5
     local h = taskprefix .. id
     local slots, runat
@@ -152,19 +166,19 @@ while at < last do
     -- task may hold one (a field far in the record costs the lookup a scan)
     local t
     if uniq then
-      t = redis.pcall("HMGET", h, "status", "attempt", "entry", "unique")
+      t = pcall_("HMGET", h, "status", "attempt", "entry", "unique")
     else
-      t = redis.pcall("HMGET", h, "status", "attempt", "entry")
+      t = pcall_("HMGET", h, "status", "attempt", "entry")
     end
     -- a retry goes on the schedule, a death on the dead set, first: when that zset is of
     -- another type nothing of the outcome is written (a record saying "retrying" that no
     -- schedule holds would never run again), and the entry stays pending for a reclaim
-    local current = is_current(t, attempt, eid)
-    if current and outcome == "r" and redis.call("HGET", h, "cancel") then outcome = "c" end
+    local current = t[1] == "running" and t[2] == attempt and t[3] == eid
+    if current and outcome == "r" and call("HGET", h, "cancel") then outcome = "c" end
     local refused = false
     if current and (outcome == "r" or outcome == "d") then
       local r
-      if outcome == "r" then r = redis.pcall("ZADD", KEYS[1], runat, id) else r = redis.pcall("ZADD", KEYS[2], now, id) end
+      if outcome == "r" then r = pcall_("ZADD", KEYS[1], runat, id) else r = pcall_("ZADD", KEYS[2], now, id) end
       refused = type(r) == "table" and r.err ~= nil
     end
     nout = nout + 1
@@ -176,45 +190,45 @@ while at < last do
       if outcome == "s" then
         if text == "" then
           -- no result: the field stays absent (it reads as ""), one field less to add
-          redis.call("HSET", h, "status", "succeeded", "finished_at", now)
+          call("HSET", h, "status", "succeeded", "finished_at", now)
         else
-          redis.call("HSET", h, "status", "succeeded", "result", text, "finished_at", now)
+          call("HSET", h, "status", "succeeded", "result", text, "finished_at", now)
         end
         if keep ~= "0" then
-          redis.call("PEXPIRE", h, keep)
+          call("PEXPIRE", h, keep)
           local unique = t[4]
-          if unique and unique ~= "" then redis.call("PEXPIRE", uniqueprefix .. unique, keep) end
+          if unique and unique ~= "" then call("PEXPIRE", uniqueprefix .. unique, keep) end
         end
         nsucc = nsucc + 1
         succ[nsucc] = id
         if waited then ended(id, "succeeded") end
       elseif outcome == "c" then
         if text == "" then
-          redis.call("HSET", h, "status", "cancelled", "finished_at", now)
+          call("HSET", h, "status", "cancelled", "finished_at", now)
         else
-          redis.call("HSET", h, "status", "cancelled", "error", text, "finished_at", now)
+          call("HSET", h, "status", "cancelled", "error", text, "finished_at", now)
         end
         if keep ~= "0" then
-          redis.call("PEXPIRE", h, keep)
+          call("PEXPIRE", h, keep)
           local unique = t[4]
-          if unique and unique ~= "" then redis.call("PEXPIRE", uniqueprefix .. unique, keep) end
+          if unique and unique ~= "" then call("PEXPIRE", uniqueprefix .. unique, keep) end
         end
         if waited then ended(id, "cancelled") end
       elseif outcome == "r" then
-        redis.call("HINCRBY", h, "failures", 1)
-        redis.call("HSET", h, "status", "retrying", "error", text, "run_at", runat)
-        redis.pcall("ZADD", KEYS[5], runat, id)
+        call("HINCRBY", h, "failures", 1)
+        call("HSET", h, "status", "retrying", "error", text, "run_at", runat)
+        pcall_("ZADD", KEYS[5], runat, id)
         failed = failed + 1
       else
-        redis.call("HINCRBY", h, "failures", 1)
-        redis.call("HSET", h, "status", "dead", "error", text, "finished_at", now)
+        call("HINCRBY", h, "failures", 1)
+        call("HSET", h, "status", "dead", "error", text, "finished_at", now)
         failed = failed + 1
         if waited then ended(id, "dead") end
       end
       applied = applied + 1
       if slots then
         for sc in string.gmatch(slots, "%S+") do
-          redis.pcall("SREM", slotprefix .. sc, id)
+          pcall_("SREM", slotprefix .. sc, id)
         end
       end
       ndone = ndone + 1
@@ -227,13 +241,13 @@ end
 if applied > 0 then
   -- The hour's hash gets its lifetime when a minute's first completion creates the
   -- minute's field (the reply equals what was added): once a minute, not once a call.
-  local c = redis.pcall("HINCRBY", KEYS[3], ARGV[5], applied)
-  if c == applied then redis.call("PEXPIRE", KEYS[3], ARGV[7]) end
-  if failed > 0 and type(c) == "number" then redis.call("HINCRBY", KEYS[3], ARGV[6], failed) end
+  local c = pcall_("HINCRBY", KEYS[3], argv[5], applied)
+  if c == applied then call("PEXPIRE", KEYS[3], argv[7]) end
+  if failed > 0 and type(c) == "number" then call("HINCRBY", KEYS[3], argv[6], failed) end
 end
 if nsucc > 0 then
-  local len = redis.pcall("LPUSH", KEYS[4], now .. " " .. table.concat(succ, " "))
-  local kept = math.ceil(tonumber(ARGV[8]) / nsucc)
-  if type(len) == "number" and len > kept then redis.call("LTRIM", KEYS[4], 0, kept - 1) end
+  local len = pcall_("LPUSH", KEYS[4], now .. " " .. table.concat(succ, " "))
+  local kept = math.ceil(tonumber(argv[8]) / nsucc)
+  if type(len) == "number" and len > kept then call("LTRIM", KEYS[4], 0, kept - 1) end
 end
 return out

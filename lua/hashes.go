@@ -9,9 +9,9 @@ func hashOf(name string) string {
 	case "cancel.lua":
 		return "c05b68d0c28215d2eeb71bc021c9c07d42011599"
 	case "claim.lua":
-		return "19113a97f115800c9679bdd1b7c0a88f4c40a7ac"
+		return "308e6a6259310fe768ec27a949d2538bce52eabf"
 	case "complete.lua":
-		return "2dedf9851e59d99786c3103eb9152e608242563a"
+		return "3e06fb3b82a58d0fb7087c96174c40924aae1c1c"
 	case "cron_advance.lua":
 		return "cb2c95572a740e00d7a50863caf4f6b0913f86fd"
 	case "dead_delete.lua":
@@ -19,7 +19,7 @@ func hashOf(name string) string {
 	case "dead_requeue.lua":
 		return "fbda6a8bb6ed6229131fd06015a90141d6f6683b"
 	case "enqueue.lua":
-		return "1453003ac9c82b3cc08c68a79b69f5bbe09c89f1"
+		return "8ad12bbd64fdf962461cc5d30aa6cac7d1a144ad"
 	case "leave.lua":
 		return "807e602785418a9e6594f33768e4a1a9ca025324"
 	case "lock_release.lua":

@@ -637,7 +637,9 @@ func TestLateResentClaimDropsReclaimedStarts(t *testing.T) {
 // complete.lua orders stream ids as numbers, not text: "7-11" comes after "7-8" and
 // "30-0" after "7-9". Entries are added with explicit ids across those boundaries; a
 // text comparison would leave finished entries behind or trim undelivered ones, and
-// XLEN would no longer be undelivered plus pending.
+// XLEN would no longer be undelivered plus pending. "10-12", finished while "9-123" is
+// the oldest pending entry, is as long as it: ids of one length compare as text only
+// when their dashes line up.
 func TestCompleteOrdersStreamIDsAsNumbers(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -645,7 +647,7 @@ func TestCompleteOrdersStreamIDsAsNumbers(t *testing.T) {
 	if err := f.rdb.XGroupCreateMkStream(f.ctx, stream, keys.Group, "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	ids := []string{"7-8", "7-9", "7-10", "7-11", "30-0", "300-0", "300-9", "300-10"}
+	ids := []string{"7-8", "7-9", "7-10", "7-11", "9-123", "10-12", "30-0", "300-0", "300-9", "300-10"}
 	for i, eid := range ids {
 		id := fmt.Sprintf("n%d", i)
 		if err := f.rdb.HSet(f.ctx, f.q.Task(id), "status", "queued", "attempt", "0", "entry", eid,
@@ -656,8 +658,8 @@ func TestCompleteOrdersStreamIDsAsNumbers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 6}) // up to 300-0; 300-9 and 300-10 undelivered
-	if len(r.Started) != 6 {
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 8}) // up to 300-0; 300-9 and 300-10 undelivered
+	if len(r.Started) != 8 {
 		t.Fatalf("started %d", len(r.Started))
 	}
 	byEntry := map[string]lua.Started{}
@@ -665,7 +667,7 @@ func TestCompleteOrdersStreamIDsAsNumbers(t *testing.T) {
 		byEntry[s.Entry] = s
 	}
 	done := map[string]bool{}
-	for _, step := range [][]string{{"7-11", "300-0"}, {"7-8"}, {"7-9", "7-10", "30-0"}} {
+	for _, step := range [][]string{{"7-11", "300-0"}, {"7-8"}, {"7-9", "7-10"}, {"10-12"}, {"9-123", "30-0"}} {
 		var items []lua.Completion
 		for _, eid := range step {
 			s, ok := byEntry[eid]

@@ -11,17 +11,6 @@ local function is_current(t, attempt, eid)
   return t[1] == "running" and t[2] == attempt and t[3] == eid
 end
 
--- start_task writes task h started: running at attempt for worker since now, from
--- entry (nil: the entry the task was queued with, one field less to write).
-local function start_task(h, attempt, worker, now, entry)
-  if entry then
-    redis.call("HSET", h, "status", "running", "attempt", attempt, "worker", worker, "started_at", now,
-      "entry", entry)
-  else
-    redis.call("HSET", h, "status", "running", "attempt", attempt, "worker", worker, "started_at", now)
-  end
-end
-
 -- pack_spec packs a task's start facts that never change after its enqueue into its
 -- record's "spec" field: "TIMEOUT_MS MAX_RETRIES CREATED_AT UNIQUE FUNCTION", UNIQUE 1
 -- when the task was given a unique key (unique not ""), which it may hold still, 0 when

@@ -114,21 +114,23 @@ local function handoff(stream, entry, id, fn, payload, prio, maxr, tmo, unique)
   return nil
 end
 
+-- locals, not globals, in the loop every task takes: each use of a global is a lookup
+local argv, keys, call = ARGV, KEYS, redis.call
 local i = 4
 while i <= last do
-  local id, fn, payload, prio = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local maxr, tmo, run_at, unique, reuse = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]
+  local id, fn, payload, prio = argv[i], argv[i + 1], argv[i + 2], argv[i + 3]
+  local maxr, tmo, run_at, unique, reuse = argv[i + 4], argv[i + 5], argv[i + 6], argv[i + 7], argv[i + 8]
   i = i + 9
-  local task = KEYS[1] .. id
+  local task = keys[1] .. id
   -- the unique key's holder, and its status: a key whose holder is gone is free, and one
   -- held by a dead or cancelled task is taken over when the caller asks for it
-  local holder, hstatus = unique ~= "" and redis.call("GET", KEYS[4] .. unique), ""
+  local holder, hstatus = unique ~= "" and call("GET", keys[4] .. unique), ""
   if holder then
-    local ok, st = pcall(redis.call, "HGET", KEYS[1] .. holder, "status")
+    local ok, st = pcall(call, "HGET", keys[1] .. holder, "status")
     if not ok or not st then
       holder = false
     elseif reuse == "1" and (st == "dead" or st == "cancelled") then
-      redis.call("HSET", KEYS[1] .. holder, "unique", "")
+      call("HSET", keys[1] .. holder, "unique", "")
       holder = false
     else
       hstatus = st
@@ -138,7 +140,7 @@ while i <= last do
     out[#out + 1] = holder
     out[#out + 1] = 0
     out[#out + 1] = hstatus
-  elseif redis.call("EXISTS", task) == 1 then
+  elseif call("EXISTS", task) == 1 then
     out[#out + 1] = id
     out[#out + 1] = -1
     out[#out + 1] = ""
@@ -152,12 +154,12 @@ while i <= last do
     local status, entry, queued_at = "scheduled", "", ""
     local attempt, worker, started_at = "0", "", ""
     if tonumber(run_at) > now_n then
-      redis.call("ZADD", KEYS[3], run_at, id)
+      call("ZADD", keys[3], run_at, id)
     else
-      local stream = KEYS[2] .. prio
+      local stream = keys[2] .. prio
       if not ready[stream] then
-        if redis.call("EXISTS", stream) == 0 then
-          redis.call("XGROUP", "CREATE", stream, group, "0", "MKSTREAM")
+        if call("EXISTS", stream) == 0 then
+          call("XGROUP", "CREATE", stream, group, "0", "MKSTREAM")
         end
         ready[stream] = true
       end
@@ -166,7 +168,7 @@ while i <= last do
       -- It stays while workers of the release before that reading may claim this entry:
       -- they take an entry without an attempt for a malformed one, and the task would
       -- wait for an entry no longer there.
-      entry = redis.call("XADD", stream, "*", "task", id, "attempt", "0")
+      entry = call("XADD", stream, "*", "task", id, "attempt", "0")
       status, queued_at = "queued", now
       if waiters then
         local ok, consumer = pcall(handoff, stream, entry, id, fn, payload, prio, maxr, tmo, unique)
@@ -178,28 +180,28 @@ while i <= last do
       end
     end
     -- the record is created whole in one HSET, a handed-off task's start with it: the
-    -- fields prelude's start_task writes on a claim are the first five here. spec packs
+    -- fields claim.lua's start writes are the first five here. spec packs
     -- the start facts that never change after this as prelude.lua's pack_spec does
     -- (written out here: a call of it costs ~0.7k instructions a task), for claim.lua to
     -- read and reply as one field; they are also kept one by one (function, timeout_ms,
     -- max_retries, created_at, unique) for every other reader.
-    redis.call("HSET", task,
+    call("HSET", task,
       "status", status, "attempt", attempt, "entry", entry, "worker", worker, "started_at", started_at,
       "handback", worker ~= "" and "1" or "",
       "spec", tmo .. " " .. maxr .. " " .. now .. (unique ~= "" and " 1 " or " 0 ") .. fn, "payload", payload, "failures", "0",
       "unique", unique, "function", fn, "timeout_ms", tmo, "max_retries", maxr,
       "created_at", now, "priority", prio,
-      "id", id, "queue", ARGV[1], "run_at", run_at, "queued_at", queued_at)
+      "id", id, "queue", argv[1], "run_at", run_at, "queued_at", queued_at)
     if traceparent then
       -- after the fields every claim reads: only a traced worker looks them up
       if tracestate ~= "" then
-        redis.call("HSET", task, "traceparent", traceparent, "tracestate", tracestate)
+        call("HSET", task, "traceparent", traceparent, "tracestate", tracestate)
       else
-        redis.call("HSET", task, "traceparent", traceparent)
+        call("HSET", task, "traceparent", traceparent)
       end
     end
     if unique ~= "" then
-      redis.call("SET", KEYS[4] .. unique, id)
+      call("SET", keys[4] .. unique, id)
     end
     out[#out + 1] = id
     out[#out + 1] = 1
