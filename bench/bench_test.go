@@ -34,6 +34,11 @@ func TestModesAtSmallSize(t *testing.T) {
 	if r.Succeeded != 2000 || r.Lost != 0 || r.ProcessPerS <= 0 || r.EnqueuePerS <= 0 {
 		t.Fatalf("throughput figures not sane: %v", r)
 	}
+	// the bench's own Redis: its CPU is read (in ticks of 10 ms: a short run's share is
+	// coarse, so only its presence and sign are checked)
+	if r.RedisCPUUsPerTask == nil || r.RedisBusy == nil || *r.RedisBusy < 0 {
+		t.Fatalf("throughput did not measure its local Redis: %+v", r)
+	}
 
 	o.n, o.workers = 3000, 3
 	r, err = runThroughput(ctx, e, o)
@@ -90,7 +95,7 @@ func TestModesAtSmallSize(t *testing.T) {
 	t.Log("ceiling")
 	o.n = 3000
 	ce, err := runCeiling(ctx, e, o)
-	if err != nil || ce.CeilingPerS <= 0 {
+	if err != nil || ce.CeilingPerS <= 0 || ce.RedisBusy == nil || *ce.RedisBusy < 0 {
 		t.Fatalf("ceiling: %+v %v", ce, err)
 	}
 

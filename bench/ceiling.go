@@ -17,12 +17,16 @@ type ceilingResult struct {
 	RedisCmdsPerTask float64 `json:"redis_cmds_per_task"`
 	// RedisCPUUsPerTask is nil for a Redis on another machine.
 	RedisCPUUsPerTask *float64 `json:"redis_cpu_us_per_task,omitempty"`
+	// RedisBusy is the share of the run's wall time Redis spent on a CPU (its CPU time
+	// over the run's): how busy the run kept it. Steadier than the throughput itself
+	// on a VM whose speed moves between runs. Nil for a Redis on another machine.
+	RedisBusy *float64 `json:"redis_busy,omitempty"`
 }
 
 func (r ceilingResult) figures() []figure {
 	return []figure{
 		fig("ceiling_per_s", r.CeilingPerS), fig("redis_cmds_per_task", r.RedisCmdsPerTask),
-		optFig("redis_cpu_us_per_task", r.RedisCPUUsPerTask),
+		optFig("redis_cpu_us_per_task", r.RedisCPUUsPerTask), optFig("redis_busy", r.RedisBusy),
 	}
 }
 
@@ -95,7 +99,9 @@ func runCeiling(ctx context.Context, e *benchEnv, o options) (ceilingResult, err
 	r := ceilingResult{N: n, CeilingPerS: round(float64(n)/dur.Seconds(), 0),
 		RedisCmdsPerTask: round(float64(e.commands(ctx)-cmd0)/float64(n), 2)}
 	if e.redisPID > 0 {
-		r.RedisCPUUsPerTask = some(round(float64((cpuTime(e.redisPID)-rcpu0).Microseconds())/float64(n), 1))
+		rcpu := cpuTime(e.redisPID) - rcpu0
+		r.RedisCPUUsPerTask = some(round(float64(rcpu.Microseconds())/float64(n), 1))
+		r.RedisBusy = some(round(rcpu.Seconds()/dur.Seconds(), 3))
 	}
 	return r, nil
 }

@@ -29,9 +29,13 @@ type throughputResult struct {
 	WorkerCPUUsPerTask float64  `json:"worker_cpu_us_per_task"`
 	// RedisCPUUsPerTask is nil for a Redis on another machine.
 	RedisCPUUsPerTask *float64 `json:"redis_cpu_us_per_task,omitempty"`
-	Succeeded         int      `json:"succeeded"`
-	Lost              int      `json:"lost"`
-	Duplicates        int      `json:"duplicates"`
+	// RedisBusy is the share of the run's wall time Redis spent on a CPU (its CPU time
+	// over the run's): how busy the run kept it. Steadier than the throughput itself
+	// on a VM whose speed moves between runs. Nil for a Redis on another machine.
+	RedisBusy  *float64 `json:"redis_busy,omitempty"`
+	Succeeded  int      `json:"succeeded"`
+	Lost       int      `json:"lost"`
+	Duplicates int      `json:"duplicates"`
 }
 
 func (r throughputResult) figures() []figure {
@@ -39,7 +43,7 @@ func (r throughputResult) figures() []figure {
 		fig("process_per_s", r.ProcessPerS), fig("enqueue_per_s", r.EnqueuePerS),
 		optFig("exec_to_first_task_ms", r.ExecToFirstTaskMS), fig("redis_cmds_per_task", r.RedisCmdsPerTask),
 		fig("worker_cpu_us_per_task", r.WorkerCPUUsPerTask), optFig("redis_cpu_us_per_task", r.RedisCPUUsPerTask),
-		fig("lost", float64(r.Lost)), fig("duplicates", float64(r.Duplicates)),
+		optFig("redis_busy", r.RedisBusy), fig("lost", float64(r.Lost)), fig("duplicates", float64(r.Duplicates)),
 	}
 }
 
@@ -116,6 +120,7 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (throughputResul
 	}
 	if e.redisPID > 0 {
 		r.RedisCPUUsPerTask = some(round(float64(rcpu.Microseconds())/float64(n), 1))
+		r.RedisBusy = some(round(rcpu.Seconds()/procDur.Seconds(), 3))
 	}
 	if st["succeeded"] != n {
 		return r, fmt.Errorf("%d of %d tasks succeeded: %v", st["succeeded"], n, st)
