@@ -9,9 +9,9 @@ func hashOf(name string) string {
 	case "cancel.lua":
 		return "c05b68d0c28215d2eeb71bc021c9c07d42011599"
 	case "claim.lua":
-		return "308e6a6259310fe768ec27a949d2538bce52eabf"
+		return "58f7bb56d4bacc2a0c5208f1481f99102641a199"
 	case "complete.lua":
-		return "3e06fb3b82a58d0fb7087c96174c40924aae1c1c"
+		return "126c59c31a67370813e16d6e2dd0f64a81fd3d67"
 	case "cron_advance.lua":
 		return "cb2c95572a740e00d7a50863caf4f6b0913f86fd"
 	case "dead_delete.lua":
