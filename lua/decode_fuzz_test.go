@@ -95,3 +95,20 @@ func FuzzDecodeClaim(f *testing.F) {
 		}
 	})
 }
+
+// A start's head is cut at its first four braces: the id keeps any brace after them,
+// and a head of fewer parts, or of a band out of range, is refused.
+func TestDecodeHead(t *testing.T) {
+	s, err := decodeHead("17-3{7{2{1{a{b}c")
+	if err != nil || s.Entry != "17-3" || s.Band != 7 || s.Attempt != 2 || !s.Reclaimed || s.HandedOff || s.ID != "a{b}c" {
+		t.Fatalf("decodeHead: %+v, %v", s, err)
+	}
+	if s, err = decodeHead("1-1{0{1{2{x"); err != nil || !s.HandedOff || s.ID != "x" {
+		t.Fatalf("hand-off head: %+v, %v", s, err)
+	}
+	for _, bad := range []string{"", "1-1", "1-1{0{1{0", "1-1{x{1{0{id", "1-1{10{1{0{id", "1-1{-1{1{0{id"} {
+		if s, err := decodeHead(bad); err == nil {
+			t.Errorf("decodeHead(%q) = %+v, want an error", bad, s)
+		}
+	}
+}

@@ -75,7 +75,7 @@ func (c *completer) loop(ch chan *execution) { inBatches(ch, completeBatchMax, c
 func (w *Worker) completeBatch(batch []*execution) {
 	byQueue := map[string][]*execution{}
 	for _, e := range batch {
-		byQueue[e.q.Name] = append(byQueue[e.q.Name], e)
+		byQueue[e.queue] = append(byQueue[e.queue], e)
 	}
 	for name, list := range byQueue {
 		items := make([]lua.Completion, len(list))

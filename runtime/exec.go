@@ -14,7 +14,7 @@ import (
 
 // execution is one started attempt, from claim to recorded outcome.
 type execution struct {
-	q       keys.Queue
+	queue   string // its queue's name (not its keys: a copy of those cost every task 176 bytes)
 	s       lua.Started
 	fn      *registered
 	fnLabel string
@@ -96,7 +96,7 @@ type heldKey struct {
 	entry string
 }
 
-func (e *execution) key() heldKey { return heldKey{e.q.Name, e.s.Band, e.s.Entry} }
+func (e *execution) key() heldKey { return heldKey{e.queue, e.s.Band, e.s.Entry} }
 
 // start registers the claimed tasks as held and hands them to the executors.
 func (w *Worker) start(q keys.Queue, started []lua.Started) {
@@ -111,7 +111,7 @@ func (w *Worker) start(q keys.Queue, started []lua.Started) {
 		if fn == nil {
 			label = "(unknown)"
 		}
-		e := &execution{q: q, s: s, fn: fn, fnLabel: label, claimed: now}
+		e := &execution{queue: q.Name, s: s, fn: fn, fnLabel: label, claimed: now}
 		e.task = Task{
 			ID: s.ID, Queue: q.Name, Function: s.Function, Attempt: s.Attempt,
 			Payload: []byte(s.Payload), Priority: s.Band, Failures: s.Failures,

@@ -112,7 +112,7 @@ func (w *Worker) touchBack(byQueue map[string][]lua.Held) {
 func (w *Worker) handBack(list []*execution) {
 	byQueue := map[string][]lua.Held{}
 	for _, e := range list {
-		byQueue[e.q.Name] = append(byQueue[e.q.Name], e.heldRef())
+		byQueue[e.queue] = append(byQueue[e.queue], e.heldRef())
 	}
 	w.touchBack(byQueue)
 	for _, e := range list {

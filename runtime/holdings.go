@@ -67,7 +67,7 @@ func (h *holdings) byQueue() map[string][]*execution {
 	defer h.mu.Unlock()
 	out := map[string][]*execution{}
 	for _, e := range h.held {
-		out[e.q.Name] = append(out[e.q.Name], e)
+		out[e.queue] = append(out[e.queue], e)
 	}
 	return out
 }

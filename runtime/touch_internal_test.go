@@ -37,7 +37,7 @@ func TestTouchWarnsOnlyOfTasksReallyLost(t *testing.T) {
 	for _, id := range []string{"done", "lost"} {
 		// records of tasks no longer running from the entries the worker holds
 		rdb.HSet(ctx, q.Task(id), "status", "succeeded", "attempt", "1", "entry", "1-1")
-		e := &execution{q: q, s: lua.Started{ID: id, Entry: "1-1", Band: map[string]int{"done": 0, "lost": 1}[id], Attempt: 1}}
+		e := &execution{queue: q.Name, s: lua.Started{ID: id, Entry: "1-1", Band: map[string]int{"done": 0, "lost": 1}[id], Attempt: 1}}
 		e.recorded.Store(id == "done")
 		w.hold.add(e)
 	}
