@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/dtq/dtq/internal/heapfloor"
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/liveness"
 )
@@ -253,6 +254,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	// "Started" means Redis answered: if that fetch failed, wait for its first reply.
 	answered := w.awaitRedis(ctx)
+	// after the first fetch, off the cold start's path (one mapping, nothing touched)
+	heapfloor.Keep(w.cfg.HeapFloorMB)
 	w.state.Store(stateRunning)
 	_ = w.heartbeat.Start(bg) // its first pass writes at once
 	_ = w.reaper.Start(bg)

@@ -1,0 +1,47 @@
+// Package heapfloor keeps a Go process's garbage collector from running for every few
+// megabytes allocated while its live heap is small. The collector's next target is
+// the live heap times (1 + GOGC/100): a worker whose live heap is 2 MB collects every
+// 2 MB allocated, dozens of times a second under load, and each collection takes a
+// processor and stalls the loops that keep Redis busy. A floor is an allocation that
+// counts as live heap and is never written: the target becomes (live + floor) × 2, so
+// a small heap collects an order of magnitude less often, while a large one (a
+// function holding hundreds of megabytes) barely notices.
+//
+// The floor is address space, not memory: its pages come fresh from the kernel, are
+// never touched, and never become resident (the package's test checks the resident
+// set). It does count as heap in the runtime's own figures (go_memstats_heap_alloc_bytes)
+// and toward GOMEMLIMIT: a process that sets GOMEMLIMIT sizes its collector itself, and
+// gets no floor.
+package heapfloor
+
+import (
+	"math"
+	"runtime/debug"
+	"sync"
+)
+
+var (
+	mu    sync.Mutex
+	floor []byte // never read or written: only its size matters
+)
+
+// Keep gives the process a floor of mib MiB, once: the first call with mib > 0 sets
+// it, and later calls change nothing. It returns the floor the process keeps, in MiB
+// (0 when GOMEMLIMIT is set).
+func Keep(mib int) int {
+	mu.Lock()
+	defer mu.Unlock()
+	if floor == nil && mib > 0 && debug.SetMemoryLimit(-1) == math.MaxInt64 {
+		// A large allocation from fresh arena space: the runtime knows its pages are
+		// zero and does not clear them, so none is touched.
+		floor = make([]byte, mib<<20)
+	}
+	return len(floor) >> 20
+}
+
+// Kept is the floor the process keeps, in MiB (0: none).
+func Kept() int {
+	mu.Lock()
+	defer mu.Unlock()
+	return len(floor) >> 20
+}

@@ -1,0 +1,88 @@
+package heapfloor
+
+import (
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// resident is the process's resident set in bytes (/proc/self/statm).
+func resident(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pages * int64(os.Getpagesize())
+}
+
+func heapGoal() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// The floor raises the collector's target by its size and leaves the resident set
+// alone; 0 keeps none, and the first floor stays.
+func TestKeepRaisesTheGoalNotTheResidentSet(t *testing.T) {
+	if os.Getenv("GOMEMLIMIT") != "" || os.Getenv("GOGC") != "" {
+		t.Fatal("run without GOMEMLIMIT and GOGC: the test reads the collector's target")
+	}
+	if Kept() != 0 {
+		t.Fatalf("a floor before Keep: %d MiB", Kept())
+	}
+	if got := Keep(0); got != 0 || Kept() != 0 {
+		t.Fatalf("Keep(0) kept a floor: %d, Kept() = %d", got, Kept())
+	}
+	runtime.GC()
+	goal0 := heapGoal()
+	rss0 := resident(t)
+	if got := Keep(256); got != 256 {
+		t.Fatalf("Keep(256) = %d, want 256", got)
+	}
+	runtime.GC()
+	goal := heapGoal()
+	rss := resident(t)
+	if goal < goal0+256<<20 {
+		t.Fatalf("heap goal %d MiB after a 256 MiB floor (before: %d MiB)", goal>>20, goal0>>20)
+	}
+	if rss-rss0 > 16<<20 {
+		t.Fatalf("resident set grew by %d MiB with the floor (it is never touched)", (rss-rss0)>>20)
+	}
+	if got := Keep(8); got != 256 || Kept() != 256 {
+		t.Fatalf("a second Keep changed the floor: Keep(8) = %d, Kept() = %d", got, Kept())
+	}
+	t.Logf("goal %d → %d MiB, resident %d → %d MiB", goal0>>20, goal>>20, rss0>>20, rss>>20)
+}
+
+// A process that sets GOMEMLIMIT keeps no floor (checked in a child process: the
+// floor is once per process).
+func TestNoFloorUnderAMemoryLimit(t *testing.T) {
+	if os.Getenv("HEAPFLOOR_CHILD") == "1" {
+		os.Stdout.WriteString("kept=" + strconv.Itoa(Keep(64)) + "\n")
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestNoFloorUnderAMemoryLimit$")
+	cmd.Env = append(os.Environ(), "HEAPFLOOR_CHILD=1", "GOMEMLIMIT=1GiB")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "kept=0\n") {
+		t.Fatalf("under GOMEMLIMIT the child kept a floor:\n%s", out)
+	}
+	cmd = exec.Command(os.Args[0], "-test.run=^TestNoFloorUnderAMemoryLimit$")
+	cmd.Env = append(os.Environ(), "HEAPFLOOR_CHILD=1")
+	if out, err = cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "kept=64\n") {
+		t.Fatalf("without GOMEMLIMIT the child kept no 64 MiB floor (%v):\n%s", err, out)
+	}
+}
