@@ -10,8 +10,9 @@
 // The floor is address space, not memory: its pages come fresh from the kernel, are
 // never touched, and never become resident (the package's test checks the resident
 // set). It does count as heap in the runtime's own figures (go_memstats_heap_alloc_bytes)
-// and toward GOMEMLIMIT: a process that sets GOMEMLIMIT sizes its collector itself, and
-// gets no floor.
+// and toward GOMEMLIMIT, where a floor near the limit would keep the collector running:
+// under a memory limit the floor is at most an eighth of it (32 MiB of the 512 MiB the
+// shipped worker Deployment gives GOMEMLIMIT; none under 8 MiB).
 package heapfloor
 
 import (
@@ -26,12 +27,15 @@ var (
 )
 
 // Keep gives the process a floor of mib MiB, once: the first call with mib > 0 sets
-// it, and later calls change nothing. It returns the floor the process keeps, in MiB
-// (0 when GOMEMLIMIT is set).
+// it, and later calls change nothing. Under a memory limit (GOMEMLIMIT) the floor is
+// at most an eighth of the limit. It returns the floor the process keeps, in MiB.
 func Keep(mib int) int {
 	mu.Lock()
 	defer mu.Unlock()
-	if floor == nil && mib > 0 && debug.SetMemoryLimit(-1) == math.MaxInt64 {
+	if limit := debug.SetMemoryLimit(-1); limit != math.MaxInt64 {
+		mib = min(mib, int(limit>>20)/8)
+	}
+	if floor == nil && mib > 0 {
 		// A large allocation from fresh arena space: the runtime knows its pages are
 		// zero and does not clear them, so none is touched.
 		floor = make([]byte, mib<<20)

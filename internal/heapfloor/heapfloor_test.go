@@ -64,25 +64,28 @@ func TestKeepRaisesTheGoalNotTheResidentSet(t *testing.T) {
 	t.Logf("goal %d → %d MiB, resident %d → %d MiB", goal0>>20, goal>>20, rss0>>20, rss>>20)
 }
 
-// A process that sets GOMEMLIMIT keeps no floor (checked in a child process: the
-// floor is once per process).
-func TestNoFloorUnderAMemoryLimit(t *testing.T) {
+// Under GOMEMLIMIT the floor is at most an eighth of the limit (checked in child
+// processes: the floor is once per process).
+func TestFloorUnderAMemoryLimit(t *testing.T) {
 	if os.Getenv("HEAPFLOOR_CHILD") == "1" {
 		os.Stdout.WriteString("kept=" + strconv.Itoa(Keep(64)) + "\n")
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestNoFloorUnderAMemoryLimit$")
-	cmd.Env = append(os.Environ(), "HEAPFLOOR_CHILD=1", "GOMEMLIMIT=1GiB")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "kept=0\n") {
-		t.Fatalf("under GOMEMLIMIT the child kept a floor:\n%s", out)
-	}
-	cmd = exec.Command(os.Args[0], "-test.run=^TestNoFloorUnderAMemoryLimit$")
-	cmd.Env = append(os.Environ(), "HEAPFLOOR_CHILD=1")
-	if out, err = cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "kept=64\n") {
-		t.Fatalf("without GOMEMLIMIT the child kept no 64 MiB floor (%v):\n%s", err, out)
+	for _, c := range []struct {
+		limit string
+		want  int
+	}{{"", 64}, {"1GiB", 64}, {"256MiB", 32}, {"7MiB", 0}} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestFloorUnderAMemoryLimit$")
+		cmd.Env = append(os.Environ(), "HEAPFLOOR_CHILD=1")
+		if c.limit != "" {
+			cmd.Env = append(cmd.Env, "GOMEMLIMIT="+c.limit)
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		if want := "kept=" + strconv.Itoa(c.want) + "\n"; !strings.Contains(string(out), want) {
+			t.Errorf("GOMEMLIMIT=%q, Keep(64): want %q in the child's output:\n%s", c.limit, want, out)
+		}
 	}
 }
