@@ -41,6 +41,12 @@ fail() { say "FAIL: $*"; exit 1; }
 ms() { date +%s%3N; }
 cleanup() {
   st=$?
+  if [ $st != 0 ] && [ -n "${kubectl:-}" ]; then
+    # what KEDA held when the test failed, beside its logs: the ScaledObjects' status
+    # (externalMetricNames, conditions), the ScaledJobs and the HPAs
+    timeout 10 "$kubectl" --kubeconfig "$dir/kubeconfig" get scaledobjects,scaledjobs,hpa -A -o yaml \
+      >"$dir/logs/keda-state.yaml" 2>&1 || true
+  fi
   "$here/controlplane.sh" down "$dir" || true
   if [ $st = 0 ]; then rm -rf "$dir"; else say "failed: logs kept in $dir/logs"; fi
 }
