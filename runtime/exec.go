@@ -14,7 +14,9 @@ import (
 
 // execution is one started attempt, from claim to recorded outcome.
 type execution struct {
-	queue   string // its queue's name (not its keys: a copy of those cost every task 176 bytes)
+	// queue is its queue's name: not task.Queue, which the function may change, and not
+	// the queue's keys, a copy of which cost every task 176 bytes
+	queue   string
 	s       lua.Started
 	fn      *registered
 	fnLabel string
