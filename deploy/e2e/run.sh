@@ -249,6 +249,7 @@ polled_active_since() {
     grep '"scaledObject.Name":"dtq-worker"' | sed -n 's/.*"ts":"\([^"]*\)".*/\1/p')
   return 1
 }
+tried=""
 for try in 1 2 3; do
   t_up=$(ms)
   k -n $ns scale deployment/dtq-worker --replicas 1 >/dev/null
@@ -277,8 +278,11 @@ for try in 1 2 3; do
     clear_to_zero
     continue
   fi
+  tried=$try
   break
 done
+# three tries KEDA's own scaling disturbed leave no wake to judge (and tw, rep1 unset)
+[ -n "$tried" ] || fail "repeat: KEDA's own scaling disturbed all three tries (as it would a scaler that never repeats)"
 [ "$rep1" -gt "$rep0" ] || fail "woken $((tw - t0)) ms after the enqueue with no repeat sent (repeats $rep0 → $rep1)"
 [ $((tw - t0)) -lt 8000 ] || fail "the task pushed at one replica woke the Deployment $((tw - t0)) ms after the enqueue: not by a repeat (1/3/7 s)"
 repeat_line="a push KEDA took at one replica (lastActiveTime stamped $((t_took - t0)) ms after the enqueue), the replicas then set to 0: woken again $((tw - t0)) ms after the enqueue by the scaler's repeat of true ($((rep1 - rep0)) sent by then)"
