@@ -8,7 +8,7 @@
 --     silent worker's execution is fenced off).
 -- Every other entry is absorbed: XACK + XDEL, nothing runs (TASK_DUPLICATE_ABSORBED),
 -- except the entry a task is running from, which stays pending for its owner or a reaper.
--- An entry without an attempt field is at attempt 0 (a fresh task's entry can be written
+-- An entry without an attempt field is at attempt 0 (a fresh task's entry is written
 -- so: see enqueue.lua). An entry without a task field, with a bad attempt or naming no
 -- task hash (or a key that is not a hash) is moved to a dead record "invalid-<entry id>"
 -- that keeps its raw fields.

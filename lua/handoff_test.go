@@ -429,6 +429,42 @@ func TestRescueOfUnreadDeliveredRow(t *testing.T) {
 	}
 }
 
+// A delivered row naming a fresh task's entry, which carries no attempt field (enqueue.lua
+// writes none at attempt 0), is rescued like any other: the task gets a new entry, still
+// at attempt 0 and without the field, and the next claim starts it at attempt 1.
+func TestRescueOfUnreadDeliveredFreshEntry(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.NewTask{ID: "first", Priority: 1})
+	first := f.field(t, "first", "entry")
+	fields, err := f.rdb.XRange(f.ctx, f.q.Stream(1), first, first).Result()
+	if err != nil || len(fields) != 1 || fmt.Sprint(fields[0].Values) != "map[task:first]" {
+		t.Fatalf("entry %s = %+v, %v; want task first and no attempt", first, fields, err)
+	}
+	f.register(t, "w1")
+	f.enqueue(t, lua.NewTask{ID: "second", Priority: 1})
+	if p := f.pending(t, 1); p != 1 {
+		t.Fatalf("pending = %d, want first's entry delivered to w1", p)
+	}
+	ids, err := lua.Rescue.Run(f.ctx, f.rdb, lua.RescueArgs{Queue: f.q, NowMS: f.now, CutoffMS: f.now, Limit: 100})
+	if err != nil || len(ids) != 1 || ids[0] != "first" {
+		t.Fatalf("rescue = %v, %v; want first", ids, err)
+	}
+	again := f.field(t, "first", "entry")
+	fields, err = f.rdb.XRange(f.ctx, f.q.Stream(1), again, again).Result()
+	if again == first || err != nil || len(fields) != 1 || fmt.Sprint(fields[0].Values) != "map[task:first]" {
+		t.Fatalf("entry %s (was %s) = %+v, %v; want a new one, task first and no attempt", again, first, fields, err)
+	}
+	r := f.claim(t, lua.ClaimArgs{Consumer: "w2", Want: 4})
+	attempts := map[string]int64{}
+	for _, s := range r.Started {
+		attempts[s.ID] = s.Attempt
+	}
+	if len(r.Started) != 2 || attempts["first"] != 1 || attempts["second"] != 1 || len(r.Invalid) != 0 {
+		t.Fatalf("claim = %+v, invalid %+v; want first and second at attempt 1", r.Started, r.Invalid)
+	}
+}
+
 // enqueueBatch runs one enqueue call of as and returns its results.
 func (f *fixture) enqueueBatch(t *testing.T, as []lua.NewTask) []lua.EnqueueResult {
 	t.Helper()

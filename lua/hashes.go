@@ -9,7 +9,7 @@ func hashOf(name string) string {
 	case "cancel.lua":
 		return "c05b68d0c28215d2eeb71bc021c9c07d42011599"
 	case "claim.lua":
-		return "58f7bb56d4bacc2a0c5208f1481f99102641a199"
+		return "b2beae87588e90643692679ee07e5c14f8728a52"
 	case "complete.lua":
 		return "126c59c31a67370813e16d6e2dd0f64a81fd3d67"
 	case "cron_advance.lua":
@@ -19,7 +19,7 @@ func hashOf(name string) string {
 	case "dead_requeue.lua":
 		return "fbda6a8bb6ed6229131fd06015a90141d6f6683b"
 	case "enqueue.lua":
-		return "8ad12bbd64fdf962461cc5d30aa6cac7d1a144ad"
+		return "3433ea760c80347b812285a6883f392b81afc99c"
 	case "leave.lua":
 		return "807e602785418a9e6594f33768e4a1a9ca025324"
 	case "lock_release.lua":
@@ -29,7 +29,7 @@ func hashOf(name string) string {
 	case "requeue.lua":
 		return "a0914e945d6ea50fde7a2526088e13065fe73d68"
 	case "rescue.lua":
-		return "6739f0c6e40bee5fb31153430c7a0f3cdfbe85c3"
+		return "fafe06e8355de2cdd63adad1ccdbe726111d45b1"
 	case "run_now.lua":
 		return "56d80e44922eecc8a2a9917ed43b816b5fcf7e28"
 	case "sched_claim.lua":

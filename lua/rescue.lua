@@ -32,12 +32,13 @@ local notes = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", ARGV[3], "LIMIT", 0, 
 local out = {}
 
 -- requeue: the delivery eid of task id on band goes (acked, deleted) and a new entry at
--- attempt ea takes its place
+-- attempt ea takes its place (at attempt 0 without the field, as enqueue.lua writes it)
 local function requeue(band, eid, id, ea)
   local stream = KEYS[4 + band]
   redis.call("XACK", stream, group, eid)
   redis.call("XDEL", stream, eid)
   out[#out + 1] = id
+  if ea == "0" then return redis.call("XADD", stream, "*", "task", id) end
   return redis.call("XADD", stream, "*", "task", id, "attempt", ea)
 end
 
@@ -59,7 +60,7 @@ local function rescue(worker, f)
   elseif f.d then
     local r = redis.call("XRANGE", KEYS[4 + band], f.e, f.e)[1]
     if not r then return end
-    local id, ea
+    local id, ea = nil, "0" -- an entry without an attempt is at attempt 0
     for i = 1, #r[2], 2 do
       if r[2][i] == "task" then id = r[2][i + 1] elseif r[2][i] == "attempt" then ea = r[2][i + 1] end
     end
@@ -68,7 +69,7 @@ local function rescue(worker, f)
     end
     local h = KEYS[2] .. id
     local ok, t = pcall(redis.call, "HMGET", h, "status", "entry")
-    if ok and t[1] == "queued" and t[2] == f.e and ea then
+    if ok and t[1] == "queued" and t[2] == f.e then
       -- delivered, never started: the same delivery again (often a retry: its attempt
       -- and failures stand)
       local new = requeue(band, f.e, id, ea)

@@ -88,7 +88,7 @@ def test_enqueue_writes_the_record(client: dtq.Client, rdb: "redis.Redis[bytes]"
     assert h[b"timeout_ms"] == b"30000" and h[b"unique"] == b"welcome:1"
     assert h[b"run_at"] == b"0" and h[b"queue"] == b"mail" and h[b"id"] == r.id.encode()
     entries = rdb.xrange(f"{prefix}:{{mail}}:p7")
-    assert [e[1] for e in entries] == [{b"task": r.id.encode(), b"attempt": b"0"}]
+    assert [e[1] for e in entries] == [{b"task": r.id.encode()}]  # attempt 0: no field
     assert h[b"entry"] == entries[0][0]
     assert rdb.get(f"{prefix}:{{mail}}:u:welcome:1") == r.id.encode()
     assert rdb.smembers(f"{prefix}:queues") == {b"mail"}
