@@ -1,12 +1,15 @@
 package lua_test
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dtq/dtq/internal/redistest"
 	"github.com/dtq/dtq/lua"
 )
 
@@ -205,5 +208,62 @@ func TestClaimStartsIDWithOpeningBrace(t *testing.T) {
 	again := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 1, Call: "w.1"})
 	if fmt.Sprint(again.Started) != fmt.Sprint(first.Started) {
 		t.Fatalf("replay = %+v, want %+v", again.Started, first.Started)
+	}
+}
+
+// A finished record's retention is set with PEXPIREAT at Redis's time + keep; a user whose
+// ACL (from an older docs/reliability.md) refuses TIME or PEXPIREAT still gets it, with
+// PEXPIRE, on every record and unique key of the call, and every outcome is applied.
+func TestCompleteRetentionUnderAnOlderACL(t *testing.T) {
+	t.Parallel()
+	for _, deny := range []string{"", "-pexpireat -time", "-pexpireat"} {
+		t.Run(strings.ReplaceAll("deny"+deny, " ", ""), func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			rdb := f.rdb
+			if deny != "" {
+				srv := redistest.Shared(t)
+				user := "old-" + strings.ReplaceAll(f.q.Task(""), ":", "-")
+				args := []any{"ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "&*", "+@all"}
+				for _, d := range strings.Fields(deny) {
+					args = append(args, d)
+				}
+				if err := f.rdb.Do(f.ctx, args...).Err(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { f.rdb.Do(context.Background(), "ACL", "DELUSER", user) })
+				rdb = redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: user, Password: "pw"})
+				t.Cleanup(func() { rdb.Close() })
+				if err := rdb.Do(f.ctx, "TIME").Err(); (err != nil) != strings.Contains(deny, "-time") {
+					t.Fatalf("TIME as %s: %v, want refused only when denied", user, err)
+				}
+			}
+			for _, id := range []string{"a", "b", "c"} {
+				f.enqueue(t, lua.NewTask{ID: id, Unique: "k" + id})
+			}
+			s := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 3}).Started
+			if len(s) != 3 {
+				t.Fatalf("claim = %+v", s)
+			}
+			items := make([]lua.Completion, len(s))
+			for i, x := range s {
+				items[i] = lua.Completion{ID: x.ID, Entry: x.Entry, Band: x.Band, Attempt: x.Attempt, Unique: x.HasUnique, Outcome: lua.Succeeded}
+			}
+			items[2].Outcome = lua.Cancelled
+			codes, err := lua.Complete.Run(f.ctx, rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 60000, Items: items})
+			if err != nil || len(codes) != 3 {
+				t.Fatalf("complete: %v %v", codes, err)
+			}
+			for i, x := range s {
+				if codes[i] != lua.CompleteApplied {
+					t.Fatalf("complete of %s = %v, want applied", x.ID, codes[i])
+				}
+				for _, k := range []string{f.q.Task(x.ID), f.q.Unique("k" + x.ID)} {
+					if ttl := f.rdb.PTTL(f.ctx, k).Val(); ttl <= 59*time.Second || ttl > time.Minute {
+						t.Fatalf("%s: ttl %v, want the retention (1 min)", k, ttl)
+					}
+				}
+			}
+		})
 	}
 }
