@@ -446,7 +446,10 @@ type TaskInfo struct {
 }
 
 // DecodeTask reads a task hash. It never fails: a field that does not parse reads as
-// zero, and the raw text stays available through HGETALL.
+// zero, and the raw text stays available through HGETALL. The timeout, the retries and
+// the creation time are read from the record's spec (enqueue.lua keeps them there
+// alone), or from fields of their own in a record that has them (written before, or an
+// invalid-entry record).
 func DecodeTask(h map[string]string) TaskInfo {
 	n := func(k string) int64 {
 		v, err := strconv.ParseInt(h[k], 10, 64)
@@ -455,12 +458,24 @@ func DecodeTask(h map[string]string) TaskInfo {
 		}
 		return v
 	}
+	var tmo, maxr, created int64
+	if spec, ok := h["spec"]; ok {
+		_, tmo, maxr, created, _ = lua.ParseSpec(spec)
+	}
+	// a field of its own, where the record has one, over the spec's
+	own := func(k string, spec int64) int64 {
+		if _, ok := h[k]; ok {
+			return n(k)
+		}
+		return spec
+	}
+	tmo, maxr, created = own("timeout_ms", tmo), own("max_retries", maxr), own("created_at", created)
 	return TaskInfo{
 		ID: h["id"], Queue: h["queue"], Function: h["function"], Status: Status(h["status"]),
 		Attempt: n("attempt"), Priority: int(n("priority")), Failures: n("failures"),
-		MaxRetries: n("max_retries"), TimeoutMS: n("timeout_ms"), Error: h["error"], Result: h["result"], Payload: h["payload"],
+		MaxRetries: maxr, TimeoutMS: tmo, Error: h["error"], Result: h["result"], Payload: h["payload"],
 		Worker: h["worker"], Unique: h["unique"], Raw: h["raw"],
-		CreatedAt: n("created_at"), RunAt: n("run_at"), StartedAt: n("started_at"),
+		CreatedAt: created, RunAt: n("run_at"), StartedAt: n("started_at"),
 		FinishedAt: n("finished_at"), Reclaims: n("reclaims"),
 	}
 }

@@ -81,7 +81,7 @@ func TestEnqueueManyAndInspect(t *testing.T) {
 	t.Parallel()
 	c, ctx := setup(t)
 	ts := []client.Task{
-		{Queue: "q", Function: "noop", Priority: 9},
+		{Queue: "q", Function: "noop", Priority: 9, Timeout: 1500 * time.Millisecond, MaxRetries: client.Retries(7)},
 		{Queue: "q", Function: "noop", Priority: 9},
 		{Queue: "q", Function: "noop", Priority: 0},
 		{Queue: "q", Function: "noop", Delay: time.Hour},
@@ -106,7 +106,12 @@ func TestEnqueueManyAndInspect(t *testing.T) {
 	if qi.Lag != 3 || qi.Priorities[0].Priority != 9 || qi.Priorities[0].Lag != 2 || qi.Priorities[9].Lag != 1 || qi.Scheduled != 1 {
 		t.Fatalf("queue = %+v", qi)
 	}
-	ti, err := c.Get(ctx, "q", res[3].ID)
+	before := time.Now().UnixMilli()
+	ti, err := c.Get(ctx, "q", res[0].ID)
+	if err != nil || ti.TimeoutMS != 1500 || ti.MaxRetries != 7 || ti.CreatedAt <= 0 || ti.CreatedAt > before {
+		t.Fatalf("task 0 = %+v, %v; want timeout 1500 ms, 7 retries, its creation time", ti, err)
+	}
+	ti, err = c.Get(ctx, "q", res[3].ID)
 	if err != nil || ti.Status != "scheduled" || ti.RunAt == 0 {
 		t.Fatalf("delayed task = %+v, %v", ti, err)
 	}

@@ -34,3 +34,25 @@ func FuzzDecodeTask(f *testing.F) {
 		}
 	})
 }
+
+// The timeout, the retries and the creation time come from the record's spec (enqueue.lua
+// keeps them there alone), or from fields of their own where a record has them.
+func TestDecodeTaskReadsSpecOrFields(t *testing.T) {
+	for _, c := range []struct {
+		h                  map[string]string
+		tmo, maxr, created int64
+	}{
+		{map[string]string{"spec": "30000 5 1700000000000 1 send mail"}, 30000, 5, 1700000000000},
+		{map[string]string{"spec": "0 -1 17 0 f", "max_retries": "2", "created_at": "9", "timeout_ms": "7"}, 7, 2, 9},
+		{map[string]string{"max_retries": "4", "created_at": "8", "timeout_ms": "6"}, 6, 4, 8},
+		{map[string]string{"spec": "1 x"}, 1, 0, 0},
+		{map[string]string{"spec": ""}, 0, 0, 0},
+		{map[string]string{}, 0, 0, 0},
+	} {
+		ti := client.DecodeTask(c.h)
+		if ti.TimeoutMS != c.tmo || ti.MaxRetries != c.maxr || ti.CreatedAt != c.created {
+			t.Errorf("DecodeTask(%v) = timeout %d, retries %d, created %d; want %d, %d, %d",
+				c.h, ti.TimeoutMS, ti.MaxRetries, ti.CreatedAt, c.tmo, c.maxr, c.created)
+		}
+	}
+}

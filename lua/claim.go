@@ -184,10 +184,10 @@ func decodeClaimCmd(a ClaimArgs, cmd *redis.Cmd) (ClaimResult, error) {
 	return decodeClaim(v)
 }
 
-// parseSpec reads a task's spec as enqueue.lua packs it (prelude.lua's pack_spec): "TIMEOUT_MS MAX_RETRIES
-// CREATED_AT UNIQUE FUNCTION" (the function last, so that it may hold spaces; UNIQUE 1
-// or 0). A number that does not parse reads as zero.
-func parseSpec(spec string) (fn string, timeoutMS, maxRetries, createdMS int64, unique bool) {
+// ParseSpec reads a task record's spec field as enqueue.lua packs it (prelude.lua's
+// pack_spec): "TIMEOUT_MS MAX_RETRIES CREATED_AT UNIQUE FUNCTION" (the function last, so
+// that it may hold spaces; UNIQUE 1 or 0). A number that does not parse reads as zero.
+func ParseSpec(spec string) (fn string, timeoutMS, maxRetries, createdMS int64, unique bool) {
 	var n [4]int64
 	for i := range n {
 		f, rest, _ := strings.Cut(spec, " ")
@@ -226,7 +226,7 @@ func decodeStartedRow(row []any) (Started, error) {
 	var s Started
 	switch len(row) {
 	case 6, 8, 9: // {entry, band, id, attempt, spec, payload[, failures, how[, slots]]}
-		fn, tmo, maxr, created, unique := parseSpec(str(row[4]))
+		fn, tmo, maxr, created, unique := ParseSpec(str(row[4]))
 		s = Started{Function: fn, Payload: str(row[5]), TimeoutMS: tmo, MaxRetries: int(maxr),
 			CreatedMS: created, HasUnique: unique}
 		if len(row) > 6 {
@@ -276,7 +276,7 @@ func decodeClaim(v []any) (ClaimResult, error) {
 		if err != nil {
 			return r, err
 		}
-		fn, tmo, maxr, created, unique := parseSpec(str(list[i+1]))
+		fn, tmo, maxr, created, unique := ParseSpec(str(list[i+1]))
 		s.Function, s.Payload, s.TimeoutMS, s.MaxRetries, s.CreatedMS, s.HasUnique =
 			fn, str(list[i+2]), tmo, int(maxr), created, unique
 		i += 3

@@ -709,11 +709,22 @@ def decode_task(h: "dict[bytes, bytes]") -> TaskInfo:
     def n(k: bytes) -> int:
         return parse_int64(h.get(k))
 
+    # The retries and the creation time from the record's spec, "TIMEOUT_MS MAX_RETRIES
+    # CREATED_AT UNIQUE FUNCTION" (the enqueue keeps them there alone), or from fields of
+    # their own where the record has them (written before, or an invalid-entry record).
+    spec, nums = h.get(b"spec"), [0, 0, 0, 0]
+    if spec is not None:
+        for i in range(4):
+            f, _, spec = spec.partition(b" ")
+            nums[i] = parse_int64(f)
+    max_retries = n(b"max_retries") if b"max_retries" in h else nums[1]
+    created_at = n(b"created_at") if b"created_at" in h else nums[2]
+
     return TaskInfo(
         id=s(b"id"), queue=s(b"queue"), function=s(b"function"), status=s(b"status"),
         attempt=n(b"attempt"), priority=n(b"priority"), failures=n(b"failures"),
-        max_retries=n(b"max_retries"), error=s(b"error"), result=h.get(b"result", b""),
+        max_retries=max_retries, error=s(b"error"), result=h.get(b"result", b""),
         payload=h.get(b"payload", b""), worker=s(b"worker"), unique=s(b"unique"), raw=s(b"raw"),
-        created_at_ms=n(b"created_at"), run_at_ms=n(b"run_at"), started_at_ms=n(b"started_at"),
+        created_at_ms=created_at, run_at_ms=n(b"run_at"), started_at_ms=n(b"started_at"),
         finished_at_ms=n(b"finished_at"), reclaims=n(b"reclaims"),
     )

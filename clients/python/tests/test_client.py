@@ -84,8 +84,12 @@ def test_enqueue_writes_the_record(client: dtq.Client, rdb: "redis.Redis[bytes]"
     assert r.created and r.error is None and r.holder_status == ""
     h = rec(rdb, prefix, "mail", r.id)
     assert h[b"status"] == b"queued" and h[b"priority"] == b"7" and h[b"function"] == b"send"
-    assert h[b"payload"] == b'{"to":"a@b.c"}' and h[b"max_retries"] == b"5"
-    assert h[b"timeout_ms"] == b"30000" and h[b"unique"] == b"welcome:1"
+    assert h[b"payload"] == b'{"to":"a@b.c"}' and h[b"unique"] == b"welcome:1"
+    # the timeout, retries and creation time are packed in spec alone
+    assert h[b"spec"].split(b" ")[0:2] == [b"30000", b"5"] and h[b"spec"].endswith(b" 1 send")
+    assert b"max_retries" not in h and b"timeout_ms" not in h and b"created_at" not in h
+    ti = decode_task(h)
+    assert ti.max_retries == 5 and ti.created_at_ms == int(h[b"spec"].split(b" ")[2]) > 0
     assert h[b"run_at"] == b"0" and h[b"queue"] == b"mail" and h[b"id"] == r.id.encode()
     entries = rdb.xrange(f"{prefix}:{{mail}}:p7")
     assert [e[1] for e in entries] == [{b"task": r.id.encode()}]  # attempt 0: no field
@@ -99,7 +103,7 @@ def test_enqueue_writes_the_record(client: dtq.Client, rdb: "redis.Redis[bytes]"
 def test_defaults(client: dtq.Client, rdb: "redis.Redis[bytes]", prefix: str) -> None:
     r = client.enqueue("q", "f")
     h = rec(rdb, prefix, "q", r.id)
-    assert h[b"max_retries"] == b"-1" and h[b"timeout_ms"] == b"0" and h[b"payload"] == b""
+    assert h[b"spec"].split(b" ")[:2] == [b"0", b"-1"] and h[b"payload"] == b""  # timeout, retries
     assert h[b"priority"] == b"0" and h[b"unique"] == b""
 
 
@@ -113,7 +117,7 @@ def test_durations_truncate_to_milliseconds(client: dtq.Client, rdb: "redis.Redi
         (0.0015, b"1"), (timedelta(microseconds=999), b"0"), (2, b"2000"), (timedelta(milliseconds=1500), b"1500")]
     for given, want in cases:
         r = client.enqueue("q", "f", timeout=given)
-        assert rec(rdb, prefix, "q", r.id)[b"timeout_ms"] == want, given
+        assert rec(rdb, prefix, "q", r.id)[b"spec"].split(b" ")[0] == want, given
 
 
 def test_delay_and_run_at(rdb: "redis.Redis[bytes]", prefix: str) -> None:
@@ -122,7 +126,7 @@ def test_delay_and_run_at(rdb: "redis.Redis[bytes]", prefix: str) -> None:
     d = c.enqueue("q", "f", delay=1.5)
     h = rec(rdb, prefix, "q", d.id)
     assert h[b"status"] == b"scheduled" and h[b"run_at"] == str(now + 1500).encode()
-    assert h[b"created_at"] == str(now).encode() and h[b"entry"] == b""
+    assert h[b"spec"].split(b" ")[2] == str(now).encode() and h[b"entry"] == b""
     assert rdb.zscore(f"{prefix}:{{q}}:schedule", d.id) == now + 1500
     # run_at wins over delay; a datetime, aware or naive (local time), or Unix seconds
     at = datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
@@ -164,7 +168,7 @@ def test_generated_id_carries_creation_time(client: dtq.Client, rdb: "redis.Redi
     n = 0
     for ch in r.id[:10]:
         n = n * 32 + ALPHABET.index(ch)
-    assert str(n).encode() == rec(rdb, prefix, "q", r.id)[b"created_at"]
+    assert str(n).encode() == rec(rdb, prefix, "q", r.id)[b"spec"].split(b" ")[2]
 
 
 def test_explicit_id_taken(client: dtq.Client) -> None:
@@ -294,6 +298,17 @@ def test_get_missing(client: dtq.Client) -> None:
 ])
 def test_decode_numbers_as_go(text: bytes, want: int) -> None:
     assert decode_task({b"attempt": text}).attempt == want
+
+
+@pytest.mark.parametrize("h,want", [
+    ({b"spec": b"30000 5 1700000000000 1 send mail"}, (5, 1700000000000)),  # this release
+    ({b"spec": b"0 -1 17 0 f", b"max_retries": b"2", b"created_at": b"9"}, (2, 9)),  # fields win
+    ({b"max_retries": b"4", b"created_at": b"8"}, (4, 8)),  # before spec, invalid entries
+    ({b"spec": b"1 x"}, (0, 0)), ({b"spec": b""}, (0, 0)), ({}, (0, 0)),
+])
+def test_decode_reads_spec_or_fields(h: "dict[bytes, bytes]", want: "tuple[int, int]") -> None:
+    ti = decode_task(h)
+    assert (ti.max_retries, ti.created_at_ms) == want
 
 
 def test_decode_keeps_bytes_that_are_not_utf8() -> None:
