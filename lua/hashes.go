@@ -19,7 +19,7 @@ func hashOf(name string) string {
 	case "dead_requeue.lua":
 		return "fbda6a8bb6ed6229131fd06015a90141d6f6683b"
 	case "enqueue.lua":
-		return "201522b7065fd69f7060e679347956ed0f86ea5d"
+		return "326784ddd11029967594d3a8eef7f29a2a66649e"
 	case "leave.lua":
 		return "807e602785418a9e6594f33768e4a1a9ca025324"
 	case "lock_release.lua":

@@ -271,3 +271,56 @@ func TestCompleteRetentionUnderAnOlderACL(t *testing.T) {
 		})
 	}
 }
+
+// A task due at once without a unique key is created without the fields that would hold
+// their defaults (handback, unique, run_at); one with a unique key, a due time or a
+// hand-off has them all. Either runs and completes the same.
+func TestEnqueueLeavesOutDefaultFields(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.register(t, "idle")
+	f.enqueue(t, lua.NewTask{ID: "handed"}) // the stream's only entry: handed to idle
+	if st := f.field(t, "handed", "status"); st != "running" {
+		t.Fatalf("handed: status %q, want running (a hand-off)", st)
+	}
+	f.enqueue(t, lua.NewTask{ID: "plain"})
+	f.enqueue(t, lua.NewTask{ID: "uniq", Unique: "k"})
+	f.enqueue(t, lua.NewTask{ID: "due", RunAtMS: f.now - 1})
+	for id, want := range map[string]bool{"plain": false, "uniq": true, "due": true, "handed": true} {
+		fields, err := f.rdb.HKeys(f.ctx, f.q.Task(id)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		has := map[string]bool{}
+		for _, k := range fields {
+			has[k] = true
+		}
+		for _, k := range []string{"handback", "unique", "run_at"} {
+			if has[k] != want {
+				t.Fatalf("%s: field %s present %v, want %v (fields %v)", id, k, has[k], want, fields)
+			}
+		}
+		for _, k := range []string{"status", "attempt", "entry", "worker", "started_at", "spec", "payload", "failures", "function", "priority", "id", "queue", "queued_at"} {
+			if !has[k] {
+				t.Fatalf("%s: no field %s (fields %v)", id, k, fields)
+			}
+		}
+	}
+	s := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 10}).Started
+	if len(s) != 3 {
+		t.Fatalf("claim = %+v, want plain, uniq and due", s)
+	}
+	items := make([]lua.Completion, len(s))
+	for i, x := range s {
+		items[i] = lua.Completion{ID: x.ID, Entry: x.Entry, Band: x.Band, Attempt: x.Attempt, Unique: x.HasUnique, Outcome: lua.Succeeded}
+	}
+	codes, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 60000, Items: items})
+	if err != nil || fmt.Sprint(codes) != fmt.Sprint([]int{1, 1, 1}) {
+		t.Fatalf("complete = %v, %v", codes, err)
+	}
+	for _, x := range s {
+		if st := f.field(t, x.ID, "status"); st != "succeeded" {
+			t.Fatalf("%s: status %q", x.ID, st)
+		}
+	}
+}

@@ -104,7 +104,11 @@ def test_defaults(client: dtq.Client, rdb: "redis.Redis[bytes]", prefix: str) ->
     r = client.enqueue("q", "f")
     h = rec(rdb, prefix, "q", r.id)
     assert h[b"spec"].split(b" ")[:2] == [b"0", b"-1"] and h[b"payload"] == b""  # timeout, retries
-    assert h[b"priority"] == b"0" and h[b"unique"] == b""
+    # a task due at once, without a unique key, leaves out the fields that would hold
+    # their defaults: absent, handback and unique read as "", run_at as 0
+    assert h[b"priority"] == b"0" and not {b"unique", b"handback", b"run_at"} & h.keys()
+    ti = decode_task(h)
+    assert ti.unique == "" and ti.run_at_ms == 0
 
 
 def test_str_payload_is_utf8(client: dtq.Client, rdb: "redis.Redis[bytes]", prefix: str) -> None:

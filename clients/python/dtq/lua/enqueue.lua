@@ -186,12 +186,23 @@ while i <= last do
     -- name, for the scripts that read them; the timeout, retries and creation time are
     -- in spec alone (client.DecodeTask reads them there): Redis checks each new field
     -- against every field before it, so each field more costs the enqueue ~3k.
-    call("HSET", task,
-      "status", status, "attempt", attempt, "entry", entry, "worker", worker, "started_at", started_at,
-      "handback", worker ~= "" and "1" or "",
-      "spec", tmo .. " " .. maxr .. " " .. now .. (unique ~= "" and " 1 " or " 0 ") .. fn, "payload", payload, "failures", "0",
-      "unique", unique, "function", fn, "priority", prio,
-      "id", id, "queue", argv[1], "run_at", run_at, "queued_at", queued_at)
+    -- The usual task (not handed off, no unique key, due at once) leaves out the three
+    -- fields that would hold their defaults: every reader takes an absent handback or
+    -- unique for "", an absent run_at for 0 (docs/data-model.md), and a field written
+    -- later by a rare path (a drain, a retry) is added then.
+    if worker == "" and unique == "" and run_at == "0" then
+      call("HSET", task,
+        "status", status, "attempt", attempt, "entry", entry, "worker", worker, "started_at", started_at,
+        "spec", tmo .. " " .. maxr .. " " .. now .. " 0 " .. fn, "payload", payload, "failures", "0",
+        "function", fn, "priority", prio, "id", id, "queue", argv[1], "queued_at", queued_at)
+    else
+      call("HSET", task,
+        "status", status, "attempt", attempt, "entry", entry, "worker", worker, "started_at", started_at,
+        "handback", worker ~= "" and "1" or "",
+        "spec", tmo .. " " .. maxr .. " " .. now .. (unique ~= "" and " 1 " or " 0 ") .. fn, "payload", payload, "failures", "0",
+        "unique", unique, "function", fn, "priority", prio,
+        "id", id, "queue", argv[1], "run_at", run_at, "queued_at", queued_at)
+    end
     if traceparent then
       -- after the fields every claim reads: only a traced worker looks them up
       if tracestate ~= "" then
