@@ -72,20 +72,28 @@ func completeKV(a CompleteArgs) ([]string, []any, error) {
 	hour, processed, failed := keys.ThroughputFields(a.NowMS)
 	ks := []string{q.Schedule(), q.Dead(), q.Throughput(hour), q.Succeeded(), q.Retrying(),
 		q.Waiters(), q.LimitPrefix() + "run:", q.TaskPrefix(), q.StreamPrefix(), q.UniquePrefix()}
-	args := make([]any, 0, 8+2*len(a.Items)+5*len(a.Items))
+	args := make([]any, 0, 8+3*len(a.Items)+5*len(a.Items))
 	args = append(args, keys.Group, a.NowMS, a.KeepMS, len(a.Items), processed, failed,
 		ThroughputTTL.Milliseconds(), SucceededKept)
-	// the items in groups of one band each (see completeOrder), a group's items in the
-	// order given
+	// the items in groups of one band each (see completeOrder): the band, its count of
+	// plain successes and of the others, then the plain ones in three values each, the
+	// others in five
 	order := completeOrder(a.Items)
 	for i := 0; i < len(order); {
 		band := a.Items[order[i]].Band
-		j := i
+		j, p := i, i
 		for j < len(order) && a.Items[order[j]].Band == band {
+			if a.Items[order[j]].plain() {
+				p++
+			}
 			j++
 		}
-		args = append(args, band, j-i)
-		for _, k := range order[i:j] {
+		args = append(args, band, p-i, j-p)
+		for _, k := range order[i:p] {
+			it := a.Items[k]
+			args = append(args, it.ID, it.Entry, it.Attempt)
+		}
+		for _, k := range order[p:j] {
 			it := a.Items[k]
 			o := it.Outcome
 			if it.Unique {
@@ -105,21 +113,35 @@ func completeKV(a CompleteArgs) ([]string, []any, error) {
 	return ks, args, nil
 }
 
-// completeOrder is the order complete.lua gets items in: by band, and within a band as
-// given. The script replies in that order.
+// plain reports whether the completion is a plain success: succeeded, no result, no
+// unique key, no slots. complete.lua gets those in three values, not five.
+func (c Completion) plain() bool {
+	return c.Outcome == Succeeded && !c.Unique && c.Text == "" && c.Slots == ""
+}
+
+// completeOrder is the order complete.lua gets items in: by band, within a band the plain
+// successes first, and otherwise as given. The script replies in that order.
 func completeOrder(items []Completion) []int {
 	order := make([]int, len(items))
 	sorted := true
 	for i := range order {
 		order[i] = i
-		if i > 0 && items[i].Band < items[i-1].Band {
+		if i > 0 && completeBefore(items[i], items[i-1]) {
 			sorted = false
 		}
 	}
 	if !sorted {
-		sort.SliceStable(order, func(x, y int) bool { return items[order[x]].Band < items[order[y]].Band })
+		sort.SliceStable(order, func(x, y int) bool { return completeBefore(items[order[x]], items[order[y]]) })
 	}
 	return order
+}
+
+// completeBefore orders completions by band, then plain successes first.
+func completeBefore(a, b Completion) bool {
+	if a.Band != b.Band {
+		return a.Band < b.Band
+	}
+	return a.plain() && !b.plain()
 }
 
 func decodeComplete(a CompleteArgs, cmd *redis.Cmd) ([]CompleteCode, error) {

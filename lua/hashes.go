@@ -11,7 +11,7 @@ func hashOf(name string) string {
 	case "claim.lua":
 		return "b2beae87588e90643692679ee07e5c14f8728a52"
 	case "complete.lua":
-		return "179435a8308c5c34d750464cd62ec5004b66e04f"
+		return "f28b6150b12efc55f97b28c89b886f0610b1407f"
 	case "cron_advance.lua":
 		return "cb2c95572a740e00d7a50863caf4f6b0913f86fd"
 	case "dead_delete.lua":

@@ -705,12 +705,16 @@ func TestCompleteMixesBands(t *testing.T) {
 	f.enqueue(t, lua.NewTask{ID: "c", Priority: 5, Unique: "uc"})
 	f.enqueue(t, lua.NewTask{ID: "d", Priority: 3, MaxRetries: 2})
 	f.enqueue(t, lua.NewTask{ID: "e", Priority: 3, MaxRetries: 2, Unique: "ue"})
+	// plain successes (no result, no unique key), sent in three values each, among them
+	f.enqueue(t, lua.NewTask{ID: "g", Priority: 5})
+	f.enqueue(t, lua.NewTask{ID: "h", Priority: 3})
+	f.enqueue(t, lua.NewTask{ID: "i", Priority: 0})
 	got := map[string]lua.Started{}
 	for _, s := range f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 10}).Started {
 		got[s.ID] = s
 	}
-	if len(got) != 5 {
-		t.Fatalf("claimed %d of 5", len(got))
+	if len(got) != 8 {
+		t.Fatalf("claimed %d of 8", len(got))
 	}
 	if err := f.rdb.HSet(f.ctx, f.q.Task("e"), "cancel", "1").Err(); err != nil {
 		t.Fatal(err)
@@ -720,15 +724,24 @@ func TestCompleteMixesBands(t *testing.T) {
 		return lua.Completion{ID: id, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Unique: s.HasUnique, Outcome: o,
 			Text: "t-" + id, RetryMS: f.now + 5000}
 	}
+	plain := func(id string) lua.Completion {
+		s := got[id]
+		return lua.Completion{ID: id, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded}
+	}
 	fenced := item("a", lua.Succeeded)
 	fenced.Attempt = 7
-	items := []lua.Completion{item("b", lua.Succeeded), fenced, item("d", lua.Retry), item("c", lua.Succeeded), item("e", lua.Retry)}
+	fencedPlain := plain("i")
+	fencedPlain.Entry = got["b"].Entry
+	items := []lua.Completion{item("b", lua.Succeeded), fenced, plain("h"), item("d", lua.Retry), item("c", lua.Succeeded),
+		fencedPlain, plain("g"), item("e", lua.Retry)}
 	codes, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 60_000, Items: items})
-	want := []lua.CompleteCode{lua.CompleteApplied, lua.CompleteFenced, lua.CompleteApplied, lua.CompleteApplied, lua.CompleteApplied}
+	want := []lua.CompleteCode{lua.CompleteApplied, lua.CompleteFenced, lua.CompleteApplied, lua.CompleteApplied, lua.CompleteApplied,
+		lua.CompleteFenced, lua.CompleteApplied, lua.CompleteApplied}
 	if err != nil || fmt.Sprint(codes) != fmt.Sprint(want) {
 		t.Fatalf("codes = %v, %v; want %v", codes, err, want)
 	}
-	for id, st := range map[string]string{"a": "running", "b": "succeeded", "c": "succeeded", "d": "retrying", "e": "cancelled"} {
+	for id, st := range map[string]string{"a": "running", "b": "succeeded", "c": "succeeded", "d": "retrying", "e": "cancelled",
+		"g": "succeeded", "h": "succeeded", "i": "running"} {
 		if got := f.field(t, id, "status"); got != st {
 			t.Errorf("%s: status %q, want %q", id, got, st)
 		}
@@ -742,12 +755,17 @@ func TestCompleteMixesBands(t *testing.T) {
 	if s, err := f.rdb.ZScore(f.ctx, f.q.Schedule(), "d").Result(); err != nil || int64(s) != f.now+5000 {
 		t.Errorf("d: schedule score %v, %v", s, err)
 	}
-	for _, k := range []string{f.q.Unique("uc"), f.q.Unique("ue"), f.q.Task("b"), f.q.Task("e")} {
+	for _, id := range []string{"g", "h"} {
+		if r, err := f.rdb.HExists(f.ctx, f.q.Task(id), "result").Result(); err != nil || r {
+			t.Errorf("%s: a result field (%v, %v) after a success without one", id, r, err)
+		}
+	}
+	for _, k := range []string{f.q.Unique("uc"), f.q.Unique("ue"), f.q.Task("b"), f.q.Task("e"), f.q.Task("g"), f.q.Task("h")} {
 		if ttl := f.rdb.PTTL(f.ctx, k).Val(); ttl <= 0 || ttl > time.Minute {
 			t.Errorf("%s: ttl %v, want the retention", k, ttl)
 		}
 	}
-	for band, n := range map[int]int64{0: 0, 3: 0, 5: 1} {
+	for band, n := range map[int]int64{0: 1, 3: 0, 5: 1} {
 		if l := f.rdb.XLen(f.ctx, f.q.Stream(band)).Val(); l != n {
 			t.Errorf("band %d: xlen %d, want %d (only the fenced execution's entry stays)", band, l, n)
 		}
