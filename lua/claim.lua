@@ -482,7 +482,8 @@ local function take(band, eid, fields, reclaiming)
   -- redis.pcall, not pcall(redis.call): no protected call of its own, and a key of another
   -- type comes back as a table with an err field
   -- spec: the start facts that never change after the enqueue, packed in one field
-  local t = rpcall("HMGET", h, "status", "attempt", "entry", "spec", "payload", "failures")
+  -- failures is read only past attempt 0 (below): a task never started has none
+  local t = rpcall("HMGET", h, "status", "attempt", "entry", "spec", "payload")
   if t.err then
     return reject(stream, band, eid, fields, "task record " .. id .. " is not a hash")
   end
@@ -501,10 +502,14 @@ local function take(band, eid, fields, reclaiming)
       return corrupt(stream, band, eid, id, h, "attempt " .. quote(t[2]) .. " is not a count", limits and spec_fn(spec))
     end
   end
-  local failures = small[t[6]]
-  if not failures then
-    failures = tonumber(t[6]) or 0
-    if failures ~= failures or failures == math.huge or failures == -math.huge then failures = 0 end
+  local failures = 0
+  if attempt ~= 0 then
+    local fv = rcall("HGET", h, "failures")
+    failures = small[fv]
+    if not failures then
+      failures = tonumber(fv) or 0
+      if failures ~= failures or failures == math.huge or failures == -math.huge then failures = 0 end
+    end
   end
   local reclaimed = 0
   local qs, fs = false, false

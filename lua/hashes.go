@@ -9,7 +9,7 @@ func hashOf(name string) string {
 	case "cancel.lua":
 		return "c05b68d0c28215d2eeb71bc021c9c07d42011599"
 	case "claim.lua":
-		return "b2beae87588e90643692679ee07e5c14f8728a52"
+		return "21ffad92cfb1298d36f2c02b0676edf26624c577"
 	case "complete.lua":
 		return "f28b6150b12efc55f97b28c89b886f0610b1407f"
 	case "cron_advance.lua":

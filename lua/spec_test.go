@@ -160,7 +160,17 @@ func TestClaimReplyIsFlat(t *testing.T) {
 	for _, id := range []string{"a", "c"} {
 		f.enqueue(t, lua.NewTask{ID: id, Function: "f n", Payload: []byte("p-" + id), Priority: 4, TimeoutMS: 99})
 	}
-	if err := f.rdb.HSet(f.ctx, f.q.Task("c"), "failures", 2).Err(); err != nil {
+	// c is queued again after failing twice: its record at attempt 1 (failures are read
+	// only past attempt 0), its entry replaced by one at attempt 1
+	queuedWith := f.field(t, "c", "entry")
+	requeued, err := f.rdb.XAdd(f.ctx, &redis.XAddArgs{Stream: f.q.Stream(4), Values: []any{"task", "c", "attempt", "1"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.XDel(f.ctx, f.q.Stream(4), queuedWith).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.HSet(f.ctx, f.q.Task("c"), "failures", 2, "attempt", 1, "entry", requeued).Err(); err != nil {
 		t.Fatal(err)
 	}
 	a := lua.ClaimArgs{Queue: f.q, Consumer: "w", NowMS: f.now, Want: 2, MaxPayload: 1 << 20, Call: "w.1"}
@@ -174,12 +184,12 @@ func TestClaimReplyIsFlat(t *testing.T) {
 		spec = s // the default max retries is enqueue.lua's to choose
 	}
 	entry := func(id string) string { return f.field(t, id, "entry") }
-	want := []any{entry("a") + "{4{1{0{a", spec, "p-a", entry("c") + "{4{1{0{c", spec, "p-c", int64(2), ""}
+	want := []any{entry("a") + "{4{1{0{a", spec, "p-a", entry("c") + "{4{2{0{c", spec, "p-c", int64(2), ""}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("started = %q\nwant      %q", got, want)
 	}
 	// a reply of starts only: the receipt is their text alone, not MessagePack
-	text := entry("a") + "{4{1{0{a}" + entry("c") + "{4{1{0{c"
+	text := entry("a") + "{4{1{0{a}" + entry("c") + "{4{2{0{c"
 	if receipt, err := f.rdb.Get(f.ctx, f.q.Receipt("w.1")).Result(); err != nil || receipt != text {
 		t.Fatalf("receipt = %q (%v), want %q", receipt, err, text)
 	}
