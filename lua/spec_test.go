@@ -259,10 +259,7 @@ func TestCompleteRetentionUnderAnOlderACL(t *testing.T) {
 			if len(s) != 3 {
 				t.Fatalf("claim = %+v", s)
 			}
-			items := make([]lua.Completion, len(s))
-			for i, x := range s {
-				items[i] = lua.Completion{ID: x.ID, Entry: x.Entry, Band: x.Band, Attempt: x.Attempt, Unique: x.HasUnique, Outcome: lua.Succeeded}
-			}
+			items := successes(s)
 			items[2].Outcome = lua.Cancelled
 			codes, err := lua.Complete.Run(f.ctx, rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 60000, Items: items})
 			if err != nil || len(codes) != 3 {
@@ -320,10 +317,7 @@ func TestEnqueueLeavesOutDefaultFields(t *testing.T) {
 	if len(s) != 3 {
 		t.Fatalf("claim = %+v, want plain, uniq and due", s)
 	}
-	items := make([]lua.Completion, len(s))
-	for i, x := range s {
-		items[i] = lua.Completion{ID: x.ID, Entry: x.Entry, Band: x.Band, Attempt: x.Attempt, Unique: x.HasUnique, Outcome: lua.Succeeded}
-	}
+	items := successes(s)
 	codes, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 60000, Items: items})
 	if err != nil || fmt.Sprint(codes) != fmt.Sprint([]int{1, 1, 1}) {
 		t.Fatalf("complete = %v, %v", codes, err)
@@ -333,4 +327,13 @@ func TestEnqueueLeavesOutDefaultFields(t *testing.T) {
 			t.Fatalf("%s: status %q", x.ID, st)
 		}
 	}
+}
+
+// successes is a completion of each start, as a success without a result.
+func successes(ss []lua.Started) []lua.Completion {
+	items := make([]lua.Completion, len(ss))
+	for i, x := range ss {
+		items[i] = lua.Completion{ID: x.ID, Entry: x.Entry, Band: x.Band, Attempt: x.Attempt, Unique: x.HasUnique, Outcome: lua.Succeeded}
+	}
+	return items
 }
