@@ -145,6 +145,17 @@ func completeBefore(a, b Completion) bool {
 }
 
 func decodeComplete(a CompleteArgs, cmd *redis.Cmd) ([]CompleteCode, error) {
+	// every item applied: complete.lua replies their count alone
+	if n, ok := cmd.Val().(int64); ok && cmd.Err() == nil {
+		if n != int64(len(a.Items)) {
+			return nil, fmt.Errorf("complete %s: %d items applied of %d", a.Queue.Name, n, len(a.Items))
+		}
+		out := make([]CompleteCode, n)
+		for i := range out {
+			out[i] = CompleteApplied
+		}
+		return out, nil
+	}
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("complete %s: %w", a.Queue.Name, err)

@@ -64,7 +64,8 @@
 --
 -- returns a list of n integers, in the order of the items: 1 applied, 0 fenced off, 2
 -- refused (the schedule or the dead set is not a zset: nothing recorded, not ACKed; a
--- reclaim retries the task)
+-- reclaim retries the task); or, when every item applied (the usual call), n alone, an
+-- integer
 -- idless reports whether stream id a sorts before b. Ids are "ms-seq" in decimal without
 -- leading zeros, so the longer ms part is the later one; with ms parts of one length and
 -- ids of one length, byte order is numeric order. Plain finds and one comparison: this runs
@@ -148,7 +149,10 @@ end
 
 -- an outcome in capitals: the task may hold a unique key
 local capital = {S = "s", R = "r", D = "d", C = "c"}
-local out, nout = {}, 0
+-- out: the codes, filled only once an item is not applied (mixed): until then every item
+-- so far was, and a call whose items all apply replies their count alone (a table of n
+-- ones cost each task a table insert and a reply conversion)
+local out, nout, mixed = {}, 0, false
 -- applied and failed completions; the ids of the succeeded ones, for the succeeded list
 local applied, failed, succ, nsucc = 0, 0, {}, 0
 -- locals, not globals: each use of ARGV or redis would be a lookup in the globals
@@ -179,8 +183,12 @@ while at < last do
       applied = applied + 1
       ndone = ndone + 1
       done[ndone] = eid
-      out[nout] = 1
+      if mixed then out[nout] = 1 end
     else
+      if not mixed then
+        for k = 1, nout - 1 do out[k] = 1 end
+        mixed = true
+      end
       out[nout] = 0
     end
   end
@@ -224,6 +232,10 @@ while at < last do
       refused = type(r) == "table" and r.err ~= nil
     end
     nout = nout + 1
+    if (refused or not current) and not mixed then
+      for k = 1, nout - 1 do out[k] = 1 end
+      mixed = true
+    end
     if refused then
       out[nout] = 2
     elseif not current then
@@ -285,7 +297,7 @@ while at < last do
       end
       ndone = ndone + 1
       done[ndone] = eid
-      out[nout] = 1
+      if mixed then out[nout] = 1 end
     end
   end
   if ndone > 0 then finish(stream, done) end
@@ -302,4 +314,5 @@ if nsucc > 0 then
   local kept = math.ceil(tonumber(argv[8]) / nsucc)
   if type(len) == "number" and len > kept then call("LTRIM", KEYS[4], 0, kept - 1) end
 end
+if not mixed then return nout end
 return out

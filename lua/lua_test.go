@@ -775,6 +775,63 @@ func TestCompleteMixesBands(t *testing.T) {
 	}
 }
 
+// A call whose items all apply gets their count back, not a code each; one whose first
+// unapplied item comes after applied ones, in the plain successes or in the others,
+// still gets every item's own code.
+func TestCompleteCodesAroundAFencedItem(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, id := range []string{"p1", "p2", "p3", "p4", "m1", "m2", "m3", "m4", "x1", "x2"} {
+		f.enqueue(t, lua.NewTask{ID: id, Priority: 2})
+	}
+	got := map[string]lua.Started{}
+	for _, s := range f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 20}).Started {
+		got[s.ID] = s
+	}
+	if len(got) != 10 {
+		t.Fatalf("claimed %d of 10", len(got))
+	}
+	res := func(id string) lua.Completion {
+		c := done(got[id], lua.Succeeded, 0)
+		c.Text = "r-" + id
+		return c
+	}
+	fence := func(c lua.Completion) lua.Completion {
+		c.Attempt += 5
+		return c
+	}
+	applied, fenced := lua.CompleteApplied, lua.CompleteFenced
+	for _, tc := range []struct {
+		name  string
+		items []lua.Completion
+		want  []lua.CompleteCode
+	}{
+		{"plain, the third fenced", []lua.Completion{done(got["p1"], lua.Succeeded, 0), done(got["p2"], lua.Succeeded, 0),
+			fence(done(got["p3"], lua.Succeeded, 0)), done(got["p4"], lua.Succeeded, 0)}, []lua.CompleteCode{applied, applied, fenced, applied}},
+		{"others, the third fenced", []lua.Completion{res("m1"), res("m2"), fence(res("m3")), res("m4")},
+			[]lua.CompleteCode{applied, applied, fenced, applied}},
+		{"all applied", []lua.Completion{done(got["x1"], lua.Succeeded, 0), res("x2")}, []lua.CompleteCode{applied, applied}},
+		{"all fenced (finished already)", []lua.Completion{done(got["x1"], lua.Succeeded, 0), res("x2")}, []lua.CompleteCode{fenced, fenced}},
+	} {
+		codes, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 60_000, Items: tc.items})
+		if err != nil || fmt.Sprint(codes) != fmt.Sprint(tc.want) {
+			t.Fatalf("%s: codes = %v, %v; want %v", tc.name, codes, err, tc.want)
+		}
+	}
+	for id, st := range map[string]string{"p1": "succeeded", "p2": "succeeded", "p3": "running", "p4": "succeeded",
+		"m1": "succeeded", "m2": "succeeded", "m3": "running", "m4": "succeeded", "x1": "succeeded", "x2": "succeeded"} {
+		if got := f.field(t, id, "status"); got != st {
+			t.Errorf("%s: status %q, want %q", id, got, st)
+		}
+	}
+	// the reply itself: the count alone when every item applies (p3, fenced above, with
+	// its own attempt)
+	c := done(got["p3"], lua.Succeeded, 0)
+	if v, err := lua.RawReply(f.ctx, f.rdb, lua.Complete, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 60_000, Items: []lua.Completion{c}}); err != nil || v != int64(1) {
+		t.Fatalf("reply of a call whose one item applies: %#v, %v; want the integer 1", v, err)
+	}
+}
+
 // A receipt written before receipts were made compact (whole started rows) still
 // replays: the resent call gets its rows back, the current ones only.
 func TestResentClaimReadsWholeRowReceipt(t *testing.T) {
