@@ -88,9 +88,9 @@ type Config struct {
 	// (0 = none).
 	HeapFloorMB int `env:"DTQ_WORKER_HEAP_FLOOR_MB, default=32" unit:"MB" range:"0..1024" help:"MiB of untouched heap under the GC's target: fewer collections for a small heap (not resident; at most GOMEMLIMIT/8; 0 = none)"`
 	// Prefault: the dtq binary maps the pages its start touches in a few system calls
-	// (internal/prefault, read by its initialiser before this configuration loads; here
-	// it is validated and documented).
-	Prefault bool `env:"DTQ_PREFAULT, default=true" help:"map the pages a start touches at once (faster starts where page faults are slow; ~2.7 MB more resident)"`
+	// where a page fault is slow (internal/prefault, read by its initialiser before this
+	// configuration loads; here it is validated and documented).
+	Prefault bool `env:"DTQ_PREFAULT, default=true" help:"map the pages a start touches at once where a page fault takes 5 µs or more (faster starts there; ~2.7 MB more resident)"`
 }
 
 // ConfigError names the variable a bad value came from.

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -86,5 +87,23 @@ func TestPopulateMapsThePages(t *testing.T) {
 	}
 	if n := faultsTouching(warm); n > 8 {
 		t.Fatalf("touching %d populated pages took %d faults", size/page, n)
+	}
+}
+
+// A fault is timed in microseconds at most on a machine that runs the tests, never
+// negative; the mapping is done from 5 µs a fault on, not below.
+func TestFaultCostDecides(t *testing.T) {
+	t.Parallel()
+	if d := faultCost(); d <= 0 || d > time.Second {
+		t.Fatalf("a page fault timed at %v", d)
+	}
+	for _, c := range []struct {
+		d    time.Duration
+		want bool
+	}{{0, false}, {1500 * time.Nanosecond, false}, {4999 * time.Nanosecond, false}, {5 * time.Microsecond, true},
+		{25 * time.Microsecond, true}, {1<<63 - 1, true}} {
+		if got := slow(c.d); got != c.want {
+			t.Errorf("slow(%v) = %v, want %v", c.d, got, c.want)
+		}
 	}
 }
