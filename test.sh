@@ -94,6 +94,8 @@ if [ "${1:-}" = "--all" ]; then
       echo "test.sh: no Docker engine answers; container lifecycle tests not run" >&2
     fi
   fi
+  # the control plane's teardown stops what it started and nothing else (a pid reused)
+  deploy/e2e/down_test.sh
   # dtq scaled by the real KEDA operator, adapter and webhooks against a real
   # kube-apiserver and HPA controller (deploy/e2e/README.md). Cold, build.sh adds etcd,
   # kube-apiserver, kube-controller-manager and kubectl (~20 min) and KEDA's binaries

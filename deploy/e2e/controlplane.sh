@@ -18,20 +18,47 @@ etcd_port=$((base)) etcd_peer=$((base + 1)) api_port=$((base + 2)) kcm_port=$((b
 
 say() { printf '%s controlplane: %s\n' "$(date -u +%H:%M:%S.%3N)" "$*" >&2; }
 
+# starttime PID: when the process started, in clock ticks after boot (field 22 of
+# /proc/PID/stat, counted after the command name, which may hold spaces); empty when
+# there is no such process
+starttime() { sed -n 's/^.*) //p' "/proc/$1/stat" 2>/dev/null | awk '{print $20}'; }
+
+# ours PID FILE: PID is still the process FILE recorded. The kernel hands out pids
+# again (pid_max may be 32768), and a pid file outlives a process that ended by
+# itself (a worker, a grace timer): a process that started after the file was written
+# is another one, stopping it (or, with kill -- -PID, its whole group) would hit
+# whatever now has the number.
+ours() {
+  local t btime hz mt
+  t=$(starttime "$1")
+  [ -n "$t" ] || return 1
+  mt=$(stat -c %Y "$2" 2>/dev/null) || return 1
+  btime=$(awk '$1 == "btime" {print $2}' /proc/stat)
+  hz=$(getconf CLK_TCK)
+  # btime is whole seconds, the file's time too: 2 s of slack, far less than it takes to
+  # hand out every pid again
+  [ $((btime + t / hz)) -le $((mt + 2)) ]
+}
+
 down() {
   [ -d "$dir/pids" ] || return 0
   for f in "$dir"/pids/*; do
     [ -f "$f" ] || continue
     pid=$(cat "$f")
+    ours "$pid" "$f" || continue
     # a process group of its own (run.sh's background parts) is stopped whole
     kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
   done
   for f in "$dir"/pids/*; do
     [ -f "$f" ] || continue
     pid=$(cat "$f")
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 -- "-$pid" 2>/dev/null || kill -9 "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if ours "$pid" "$f"; then
+      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      if ours "$pid" "$f"; then
+        kill -9 -- "-$pid" 2>/dev/null || kill -9 "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      fi
+    fi
     rm -f "$f"
   done
 }

@@ -321,13 +321,23 @@ start_pod() {
   for _ in $(seq 200); do [ -s "$dir/pids/worker-$1" ] && break; sleep 0.005; done
   echo "$(ms) start $1" >>"$dir/runner.log"
 }
+# starttime PID: when the process started (clock ticks after boot; as controlplane.sh's)
+starttime() { sed -n 's/^.*) //p' "/proc/$1/stat" 2>/dev/null | awk '{print $20}'; }
+# grace_kill PID START: SIGKILL after terminationGracePeriodSeconds, if PID is still the
+# process that started at START: a worker that exited in time may have its pid handed
+# to another process by then
+grace_kill() {
+  sleep "$grace"
+  if [ -n "$2" ] && [ "$(starttime "$1")" = "$2" ]; then kill -KILL "$1" 2>/dev/null || true; fi
+}
 # stop_pod SEQ: SIGTERM, and SIGKILL after terminationGracePeriodSeconds
 stop_pod() {
-  local p
+  local p st
   p=$(cat "$dir/pids/worker-$1")
+  st=$(starttime "$p")
   kill -TERM "$p" 2>/dev/null || true
   echo "$(ms) stop $1" >>"$dir/runner.log"
-  bg "grace-$1" bash -c "sleep $grace; kill -KILL $p 2>/dev/null || true"
+  bg "grace-$1" grace_kill "$p" "$st"
 }
 runner() {
   set +e # a background loop: one failed kubectl call must not end it
