@@ -149,10 +149,11 @@ end
 
 -- an outcome in capitals: the task may hold a unique key
 local capital = {S = "s", R = "r", D = "d", C = "c"}
--- out: the codes, filled only once an item is not applied (mixed): until then every item
--- so far was, and a call whose items all apply replies their count alone (a table of n
--- ones cost each task a table insert and a reply conversion)
-local out, nout, mixed = {}, 0, false
+-- out: the codes of the items not applied, by position; the applied ones' 1s are filled
+-- in at the end, and only when some item was not applied: a call whose items all apply
+-- replies their count alone (a table of n ones cost each task a table insert and a
+-- reply conversion)
+local out, nout = {}, 0
 -- applied and failed completions; the ids of the succeeded ones, for the succeeded list
 local applied, failed, succ, nsucc = 0, 0, {}, 0
 -- locals, not globals: each use of ARGV or redis would be a lookup in the globals
@@ -183,12 +184,7 @@ while at < last do
       applied = applied + 1
       ndone = ndone + 1
       done[ndone] = eid
-      if mixed then out[nout] = 1 end
     else
-      if not mixed then
-        for k = 1, nout - 1 do out[k] = 1 end
-        mixed = true
-      end
       out[nout] = 0
     end
   end
@@ -232,10 +228,6 @@ while at < last do
       refused = type(r) == "table" and r.err ~= nil
     end
     nout = nout + 1
-    if (refused or not current) and not mixed then
-      for k = 1, nout - 1 do out[k] = 1 end
-      mixed = true
-    end
     if refused then
       out[nout] = 2
     elseif not current then
@@ -297,7 +289,6 @@ while at < last do
       end
       ndone = ndone + 1
       done[ndone] = eid
-      if mixed then out[nout] = 1 end
     end
   end
   if ndone > 0 then finish(stream, done) end
@@ -314,5 +305,8 @@ if nsucc > 0 then
   local kept = math.ceil(tonumber(argv[8]) / nsucc)
   if type(len) == "number" and len > kept then call("LTRIM", KEYS[4], 0, kept - 1) end
 end
-if not mixed then return nout end
+if applied == nout then return nout end
+for k = 1, nout do
+  if not out[k] then out[k] = 1 end
+end
 return out

@@ -11,7 +11,7 @@ func hashOf(name string) string {
 	case "claim.lua":
 		return "21ffad92cfb1298d36f2c02b0676edf26624c577"
 	case "complete.lua":
-		return "5e8c2eb0bdcb66f2ce82f4690b7e65f5fb4058d1"
+		return "222d5e9241215b293f52713501d7c60f54f9683d"
 	case "cron_advance.lua":
 		return "cb2c95572a740e00d7a50863caf4f6b0913f86fd"
 	case "dead_delete.lua":
