@@ -18,10 +18,8 @@ etcd_port=$((base)) etcd_peer=$((base + 1)) api_port=$((base + 2)) kcm_port=$((b
 
 say() { printf '%s controlplane: %s\n' "$(date -u +%H:%M:%S.%3N)" "$*" >&2; }
 
-# starttime PID: when the process started, in clock ticks after boot (field 22 of
-# /proc/PID/stat, counted after the command name, which may hold spaces); empty when
-# there is no such process
-starttime() { sed -n 's/^.*) //p' "/proc/$1/stat" 2>/dev/null | awk '{print $20}'; }
+# shellcheck source=proc.sh
+. "$here/proc.sh"
 
 # ours PID FILE: PID is still the process FILE recorded. The kernel hands out pids
 # again (pid_max may be 32768), and a pid file outlives a process that ended by

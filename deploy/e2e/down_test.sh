@@ -9,10 +9,12 @@ mine='' other=''
 trap 'kill $mine $other 2>/dev/null || true; rm -rf "$dir"' EXIT
 mkdir -p "$dir/pids"
 
-# alive PID: running, not a zombie waiting to be reaped
+# shellcheck source=proc.sh
+. "$here/proc.sh"
+# alive PID: running, not a zombie waiting to be reaped (field 3: the state)
 alive() {
   local st
-  st=$(sed -n 's/^.*) //p' "/proc/$1/stat" 2>/dev/null | awk '{print $1}')
+  st=$(proc_stat "$1" 3)
   [ -n "$st" ] && [ "$st" != Z ]
 }
 

@@ -31,6 +31,8 @@ set -euo pipefail
 # controlplane.sh down stops whole (a watch is kubectl piped into a loop)
 set -m
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=proc.sh
+. "$here/proc.sh"
 root=$(cd "$here/../.." && pwd)
 wakes=${E2E_WAKES:-20} polled_wakes=${E2E_POLLED_WAKES:-3} burst=${E2E_BURST:-64}
 ns=dtq
@@ -321,8 +323,6 @@ start_pod() {
   for _ in $(seq 200); do [ -s "$dir/pids/worker-$1" ] && break; sleep 0.005; done
   echo "$(ms) start $1" >>"$dir/runner.log"
 }
-# starttime PID: when the process started (clock ticks after boot; as controlplane.sh's)
-starttime() { sed -n 's/^.*) //p' "/proc/$1/stat" 2>/dev/null | awk '{print $20}'; }
 # grace_kill PID START: SIGKILL after terminationGracePeriodSeconds, if PID is still the
 # process that started at START: a worker that exited in time may have its pid handed
 # to another process by then
