@@ -105,11 +105,38 @@ func (b *Base) Done() <-chan struct{} {
 
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
+// The restart delays of Supervise. A loop that fails after running restartReset or
+// more (a healthy loop meeting one dropped connection) runs again after about
+// restartMin: a reconnection is all most failures need, and an idle worker's loop is
+// what picks up the tasks handed to it. Each failure that follows sooner doubles the
+// delay, up to about restartMax, so a Redis that stays away is not hammered.
+const (
+	restartMin   = 20 * time.Millisecond
+	restartMax   = time.Second
+	restartReset = time.Second
+)
+
+// backoff is Supervise's restart delay, before its jitter.
+type backoff struct{ next time.Duration }
+
+// after returns the delay before the next run of a loop whose last run lasted ran.
+func (b *backoff) after(ran time.Duration) time.Duration {
+	if ran >= restartReset || b.next == 0 {
+		b.next = restartMin
+	}
+	d := b.next
+	b.next = min(2*d, restartMax)
+	return d
+}
+
 // Supervise runs fn until ctx ends. An error or a panic of fn is logged, onRestart
-// (when set) is called, and fn runs again after 0.5–1.5 s: a loop never ends its
-// process. It returns once ctx has ended.
+// (when set) is called, and fn runs again: after 10–30 ms when it had run a second or
+// more, else after twice the last delay, up to 0.5–1.5 s (each delay ±50 %). A loop
+// never ends its process. It returns once ctx has ended.
 func Supervise(ctx context.Context, name string, log *slog.Logger, onRestart func(), fn func(context.Context) error) {
+	var b backoff
 	for {
+		began := time.Now()
 		err := func() (err error) {
 			defer func() {
 				if r := recover(); r != nil {
@@ -124,8 +151,9 @@ func Supervise(ctx context.Context, name string, log *slog.Logger, onRestart fun
 		if onRestart != nil {
 			onRestart()
 		}
-		log.Error(name+": loop failed; restarting", "err", err)
-		if !Sleep(ctx, Jitter(time.Second, 0.5)) {
+		wait := Jitter(b.after(time.Since(began)), 0.5)
+		log.Error(name+": loop failed; restarting", "err", err, "after", wait.Round(time.Millisecond).String())
+		if !Sleep(ctx, wait) {
 			return
 		}
 	}

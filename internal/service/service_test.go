@@ -165,6 +165,25 @@ func TestSuperviseRestartsAfterErrorAndPanic(t *testing.T) {
 	}
 }
 
+// A loop that failed after running a while restarts after the shortest delay; one that
+// keeps failing sooner waits twice as long each time, up to the longest.
+func TestRestartBackoff(t *testing.T) {
+	t.Parallel()
+	var b backoff
+	want := []time.Duration{20, 40, 80, 160, 320, 640, 1000, 1000}
+	for i, w := range want {
+		if d := b.after(time.Duration(i) * time.Millisecond); d != w*time.Millisecond {
+			t.Fatalf("restart %d after a short run: %v, want %v", i, d, w*time.Millisecond)
+		}
+	}
+	if d := b.after(restartReset); d != restartMin {
+		t.Fatalf("restart after a run of %v: %v, want %v", restartReset, d, restartMin)
+	}
+	if d := b.after(0); d != 2*restartMin {
+		t.Fatalf("the restart after that: %v, want %v", d, 2*restartMin)
+	}
+}
+
 func TestSleepEndsWithTheContext(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
