@@ -183,6 +183,7 @@ func (r *Reader) connection(ctx context.Context, single *redis.Client) (*redis.C
 		return r.conn, r.id, nil
 	}
 	conn := single.Conn()
+	conn.AddHook(sendOnce{})
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	var id *redis.IntCmd
@@ -198,6 +199,27 @@ func (r *Reader) connection(ctx context.Context, single *redis.Client) (*redis.C
 	r.conn, r.id = conn, id.Val()
 	return r.conn, r.id, nil
 }
+
+// sendOnce marks each command of the dedicated connection not to be resent (see the
+// package's doc): innermost of the connection's hooks, so the caller's hooks see the
+// command itself.
+type sendOnce struct{}
+
+func (sendOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (sendOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { return next(ctx, onceCmd{cmd}) }
+}
+
+func (sendOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// onceCmd is a command go-redis does not resend; the reply is read into the command
+// it wraps.
+type onceCmd struct{ redis.Cmder }
+
+func (onceCmd) NoRetry() bool { return true }
 
 // interrupt sends CLIENT UNBLOCK to connection id until the read on it has ended (it
 // may not have reached the server yet) or the server unblocked it.

@@ -289,6 +289,45 @@ func TestBrokenConnectionIsReplaced(t *testing.T) {
 	}
 }
 
+// A read whose dedicated connection dropped fails at once: go-redis does not resend it
+// (here each resend would first wait an hour), so the caller can reconnect at once.
+func TestDroppedConnectionIsNotResent(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: 3, MinRetryBackoff: long, MaxRetryBackoff: long})
+	t.Cleanup(func() { _ = c.Close() })
+	admin := srv.Client(t)
+	stream := "s"
+	ctx := context.Background()
+	group(t, admin, stream)
+	r := newReader(t, c, Options{})
+	if _, err := r.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "w", Streams: []string{stream, ">"}, Block: -1}); err != nil {
+		t.Fatal(err)
+	}
+	ch := readAsync(func() ([]redis.XStream, error) {
+		return r.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "w", Streams: []string{stream, ">"}, Block: long})
+	})
+	for deadline := time.Now().Add(hang); ; time.Sleep(time.Millisecond) {
+		list, err := admin.ClientList(ctx).Result()
+		if err == nil && strings.Contains(list, "cmd=xreadgroup") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the read did not block")
+		}
+	}
+	if err := admin.ClientKillByFilter(ctx, "ID", fmt.Sprint(r.id)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res := await(t, ch); res.err == nil {
+		t.Fatalf("read on the dropped connection = %v, want its error", res.xs)
+	}
+	xs, err := r.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "w", Streams: []string{stream, ">"}, Block: -1})
+	if err != nil || len(xs) != 0 {
+		t.Fatalf("read after the failure = %v, %v; want nothing, no error", xs, err)
+	}
+}
+
 // On a cluster every read blocks on the pool, at most the short block, and an ended
 // context is noticed within it (by the end of the block, or by go-redis before it
 // sends the read).
