@@ -155,7 +155,7 @@ func (h *harness) inject(ctx context.Context, kind string, n int) error {
 			{"a claim (read)", Contains("EVALSHA", ":paused", "read")},
 			{"a claim (reclaim)", Contains("EVALSHA", ":paused", "reclaim")},
 			{"a completion", isComplete},
-			{"a blocking XREADGROUP", Contains("XREADGROUP", "BLOCK")},
+			{"a blocking XREADGROUP", Command("XREADGROUP", "BLOCK")},
 		}
 		t := targets[h.intn(len(targets))]
 		if t.name == "a claim (reclaim)" && h.intn(2) == 0 {

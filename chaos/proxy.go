@@ -3,8 +3,10 @@ package chaos
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,6 +195,17 @@ func Contains(parts ...string) func([]byte) bool {
 			}
 		}
 		return true
+	}
+}
+
+// Command matches a request that is the command name (its first word, not a word in
+// a script's text sent with EVAL) and holds each of parts, case-insensitively.
+func Command(name string, parts ...string) func([]byte) bool {
+	head := []byte(fmt.Sprintf("$%d\r\n%s\r\n", len(name), strings.ToLower(name)))
+	rest := Contains(parts...)
+	return func(req []byte) bool {
+		i := bytes.Index(req, []byte("\r\n"))
+		return i >= 0 && len(req) > 0 && req[0] == '*' && bytes.HasPrefix(bytes.ToLower(req[i+2:]), head) && rest(req)
 	}
 }
 

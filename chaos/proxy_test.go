@@ -76,3 +76,20 @@ func TestProxyCutAllAndRefuse(t *testing.T) {
 		t.Fatalf("ping after the refusal: %v", err)
 	}
 }
+
+// Command matches the command a request is, not a word of a script's text.
+func TestCommandMatchesTheCommandOnly(t *testing.T) {
+	t.Parallel()
+	read := "*6\r\n$10\r\nxreadgroup\r\n$5\r\nGROUP\r\n$1\r\ng\r\n$5\r\nBLOCK\r\n$4\r\n1000\r\n$7\r\nSTREAMS\r\n"
+	eval := "*3\r\n$4\r\nEVAL\r\n$40\r\nredis.call('XREADGROUP', 'BLOCK', 1)\r\n$1\r\n0\r\n"
+	m := chaos.Command("XREADGROUP", "BLOCK")
+	if !m([]byte(read)) {
+		t.Error("a blocking XREADGROUP did not match")
+	}
+	if m([]byte(eval)) {
+		t.Error("an EVAL whose script names XREADGROUP and BLOCK matched")
+	}
+	if !chaos.Contains("XREADGROUP", "BLOCK")([]byte(eval)) {
+		t.Error("Contains did not match the EVAL: the case is not shown")
+	}
+}

@@ -42,6 +42,14 @@ func (h *holdings) remove(e *execution) {
 	h.mu.Unlock()
 }
 
+// holds reports whether an execution held now runs from entry of queue's band.
+func (h *holdings) holds(queue string, band int, entry string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.held[heldKey{queue, band, entry}]
+	return ok
+}
+
 // freed wakes whoever waits for a slot.
 func (h *holdings) freed() {
 	select {

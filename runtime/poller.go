@@ -38,6 +38,10 @@ type poller struct {
 	// before this time (unix ms; the queue is not claimed, read or registered on until
 	// then), and entries a limit set aside may start from recheck (unix ms; 0 none)
 	throttled, recheck []int64
+	// the band streams of an idle read that failed without a reply from Redis (a
+	// dropped connection): it may have delivered an entry whose reply was lost, which
+	// the loop's next pass takes (retake) instead of leaving it to a reaper
+	lost []string
 
 	fetched     chan struct{} // closed when the loop's first fetch returned
 	fetchedOnce sync.Once
@@ -71,6 +75,12 @@ func (p *poller) loop(ctx context.Context) error {
 		capacity, ok := p.capacity(ctx)
 		if !ok {
 			return nil
+		}
+		if p.lost != nil && capacity > 0 {
+			if err := p.retake(ctx, capacity); err != nil {
+				return err
+			}
+			continue
 		}
 		if capacity <= 0 {
 			select {
@@ -319,6 +329,9 @@ func (p *poller) block(ctx context.Context, capacity int64) error {
 		if lua.IsKeyError(err) && p.wrongTypeStreams(ctx, streams, err) {
 			return nil // the next read leaves them out
 		}
+		if !isReply(err) {
+			p.lostRead(streams)
+		}
 		return err
 	}
 	w.sawRedis(nil)
@@ -349,6 +362,13 @@ func (p *poller) block(ctx context.Context, capacity int64) error {
 		// is encoded and sent: the hand-off was all the function waited for.
 		goruntime.Gosched()
 	}
+	return p.claimDelivered(ctx, delivered, capacity)
+}
+
+// claimDelivered claims, queue by queue, the entries delivered to this worker (by an
+// idle read, or found again by retake), topped up to capacity.
+func (p *poller) claimDelivered(ctx context.Context, delivered map[string][]lua.Delivered, capacity int64) error {
+	w, calls := p.w, p.calls
 	for i, q := range w.queues {
 		d := delivered[q.Name]
 		// A hand-off is told to the next claim on its queue (then it is no longer a
@@ -373,6 +393,79 @@ func (p *poller) block(ctx context.Context, capacity int64) error {
 		capacity -= p.claimed(i, q, res)
 	}
 	return nil
+}
+
+// lostRead notes the band streams of an idle read that failed without Redis's reply.
+func (p *poller) lostRead(streams []string) {
+	for _, s := range streams {
+		if _, band, ok := p.w.streamOf(s); ok && band >= 0 {
+			p.lost = append(p.lost, s)
+		}
+	}
+}
+
+// retake claims what an idle read whose reply was lost delivered: the entries of its
+// band streams pending for this worker that no execution of it runs from, up to
+// capacity (the rest, and any hand-off row of an inbox, wait for a reaper and the
+// leader's rescue as before). An entry the worker's reaper reclaimed meanwhile, or one
+// another worker runs, is left as it is by the claim. A stream broken or deleted since
+// is left to the reaper too.
+func (p *poller) retake(ctx context.Context, capacity int64) error {
+	w := p.w
+	var streams []string
+	for _, s := range p.lost {
+		if !p.faults.skip(s) && !slices.Contains(streams, s) {
+			streams = append(streams, s)
+		}
+	}
+	if len(streams) == 0 {
+		p.lost = nil
+		return nil
+	}
+	ids := make([]string, len(streams))
+	for i := range ids {
+		ids[i] = "0" // the consumer's own pending entries
+	}
+	xs, err := w.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: w.id,
+		Streams: append(streams, ids...), Count: int64(w.cfg.Concurrency) + batchMax, Block: -1}).Result()
+	w.sawRedis(err)
+	if err != nil && !errors.Is(err, redis.Nil) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if isReply(err) {
+			p.lost = nil // a stream broken or deleted since: its entries are the reaper's
+			return nil
+		}
+		return err
+	}
+	p.lost = nil
+	delivered := map[string][]lua.Delivered{}
+	n := int64(0)
+	for _, x := range xs {
+		q, band, ok := w.streamOf(x.Stream)
+		if !ok || band < 0 {
+			continue
+		}
+		for _, m := range x.Messages {
+			if n < capacity && !w.hold.holds(q.Name, band, m.ID) {
+				delivered[q.Name] = append(delivered[q.Name], lua.Delivered{Band: band, Entry: m.ID})
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	w.log.Info("poll: claiming entries an idle read delivered as its connection dropped", "entries", n)
+	return p.claimDelivered(ctx, delivered, capacity)
+}
+
+// isReply reports whether err is an error reply of Redis (it answered), not a network
+// error or a timeout (its reply, if any, was lost).
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
 }
 
 // wrongTypeStreams finds which of the streams the idle read covered are of another

@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -60,5 +61,72 @@ func TestUnansweredClaimIsResent(t *testing.T) {
 	ti, err := c.Get(t.Context(), "default", id)
 	if err != nil || ti.Status != "succeeded" || ti.Attempt != 1 || ti.Reclaims != 0 {
 		t.Fatalf("task %+v %v: want succeeded on attempt 1, never reclaimed", ti, err)
+	}
+}
+
+// TestLostIdleReadIsTakenAgain: Redis serves the idle read an entry and the reply never
+// reaches the worker (its connection drops as it comes). The entry is pending for the
+// worker, and no reaper would take it before the visibility timeout (60 s here, past
+// the test's deadline): the worker's next pass finds it among its own pending entries,
+// beside the one it is running, and starts it, once.
+func TestLostIdleReadIsTakenAgain(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	proxy, err := chaos.NewProxy(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	prefix := redistest.Prefix(t)
+	direct := srv.Client(t)
+	c := client.New(direct, client.Options{Prefix: prefix})
+	rec := newRecorder()
+	cfg := testConfig(t, "redis://"+proxy.Addr(), prefix, map[string]string{
+		"DTQ_VISIBILITY_TIMEOUT_S": "60", "DTQ_HEARTBEAT_INTERVAL_S": "5", "DTQ_POLL_BLOCK_MS": "60000"})
+	release := make(chan struct{})
+	reg := runtime.NewRegistry()
+	reg.Register("hold", func(ctx context.Context, _ *runtime.Task) ([]byte, error) {
+		<-release
+		return nil, nil
+	}, runtime.FuncOptions{})
+	reg.Register("noop", func(ctx context.Context, _ *runtime.Task) ([]byte, error) { return nil, nil }, runtime.FuncOptions{})
+	// One task runs through it all: its entry is pending for the worker too.
+	held, _, err := c.Enqueue(t.Context(), client.Task{Queue: "default", Function: "hold"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The worker's first idle read is the one whose reply is cut (the command itself:
+	// a script's text sent with EVAL names XREADGROUP too).
+	proxy.CutOnReply(chaos.Command("XREADGROUP", "BLOCK"), 1)
+	startWorker(t, rdb, cfg, reg, rec)
+	rec.wait(t, "the held task to start", is(runtime.EventTaskStarted, held))
+	eventually(t, "the worker to block", func() bool {
+		clients, err := direct.ClientList(t.Context()).Result()
+		return err == nil && strings.Contains(clients, "cmd=xreadgroup")
+	})
+	// The idle read, not a hand-off, is the path under test.
+	if err := direct.Del(t.Context(), keys.New(prefix).Queue("default").Waiting()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	id, _, err := c.Enqueue(t.Context(), client.Task{Queue: "default", Function: "noop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.wait(t, "the task whose delivery was lost to succeed", is(runtime.EventTaskSucceeded, id))
+	if proxy.Armed() != 0 {
+		t.Fatal("the idle read's reply was never cut: the test tested nothing")
+	}
+	close(release)
+	rec.wait(t, "the held task to succeed", is(runtime.EventTaskSucceeded, held))
+	for _, task := range []string{id, held} {
+		ti, err := c.Get(t.Context(), "default", task)
+		if err != nil || ti.Status != "succeeded" || ti.Attempt != 1 || ti.Reclaims != 0 {
+			t.Fatalf("task %+v %v: want succeeded on attempt 1, never reclaimed", ti, err)
+		}
+	}
+	if n := rec.count(is(runtime.EventTaskStarted, "")); n != 2 {
+		t.Fatalf("%d starts, want 2", n)
 	}
 }
