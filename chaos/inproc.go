@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,8 +23,9 @@ import (
 // faults, where nothing kills a worker, so a test can check with goleak that a worker
 // reconnecting through drops and restarts leaves no goroutine behind.
 type inproc struct {
-	env []string
-	dir string
+	env    []string
+	dir    string // the ledger's
+	logDir string // the workers' logs (worker-ID.log, as the supervisor's)
 
 	mu      sync.Mutex
 	ws      []*inworker
@@ -34,6 +37,7 @@ type inworker struct {
 	w      *runtime.Worker
 	rdb    redis.UniversalClient
 	l      *Ledger
+	log    *os.File
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -59,14 +63,23 @@ func (ip *inproc) start(slot int, extra ...string) error {
 		_ = rdb.Close()
 		return err
 	}
-	w, err := runtime.New(runtime.Options{Config: cfg, Redis: rdb, Registry: Registry(l), Logger: logger(discard{}, "error")})
+	// The log is kept beside the ledger (at info: the loops' restarts and the keys
+	// they find broken), to read when an invariant fails.
+	lf, err := os.Create(filepath.Join(ip.logDir, "worker-"+id+".log"))
 	if err != nil {
 		_ = rdb.Close()
 		_ = l.Close()
 		return err
 	}
+	w, err := runtime.New(runtime.Options{Config: cfg, Redis: rdb, Registry: Registry(l), Logger: logger(lf, "info")})
+	if err != nil {
+		_ = rdb.Close()
+		_ = l.Close()
+		_ = lf.Close()
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	iw := &inworker{id: id, w: w, rdb: rdb, l: l, cancel: cancel, done: make(chan struct{})}
+	iw := &inworker{id: id, w: w, rdb: rdb, l: l, log: lf, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(iw.done)
 		err := w.Run(ctx)
@@ -127,6 +140,7 @@ func (ip *inproc) stopAll(limit time.Duration) {
 		t.Stop()
 		_ = iw.rdb.Close()
 		_ = iw.l.Close()
+		_ = iw.log.Close()
 	}
 }
 
@@ -135,7 +149,3 @@ func (ip *inproc) crashList() []string {
 	defer ip.mu.Unlock()
 	return append([]string(nil), ip.crashes...)
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }

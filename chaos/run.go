@@ -471,7 +471,7 @@ func (h *harness) run(ctx context.Context, dir string) (Report, error) {
 	}, o.WorkerEnv...)
 	defer h.sup.killAll()
 	if o.InProcess {
-		h.ip = &inproc{env: h.sup.env, dir: ledgerDir}
+		h.ip = &inproc{env: h.sup.env, dir: ledgerDir, logDir: dir}
 	}
 	h.queuesOf = queuesOf
 	for slot := 0; slot < o.Workers; slot++ {
