@@ -38,6 +38,11 @@ type ClaimArgs struct {
 	RegisterUntilMS int64
 	Tag             string     // the calling process's tag (see Leave)
 	Received        []Received // hand-offs the worker's blocking read got from its inbox
+	// Reread (read mode): the worker's idle read failed without Redis's reply (its
+	// connection dropped), so the inbox rows pending for it and not among Received
+	// were delivered to a read it never heard back from: they are taken now, each
+	// task started only while still current for the worker.
+	Reread bool
 	// KeepMS: how long the record (and unique key) of a task a reclaim ends cancelled
 	// is kept, the worker's retention of finished tasks; 0: kept for good.
 	KeepMS int64
@@ -150,6 +155,8 @@ func claimKV(a ClaimArgs) ([]string, []any, error) {
 	mode := "read"
 	if a.Reclaim {
 		mode = "reclaim"
+	} else if a.Reread {
+		mode = "reread"
 	}
 	args := make([]any, 0, 18+2*len(a.Delivered)+2*len(a.Received)+2*len(a.Holds))
 	args = append(args, keys.Group, a.Consumer, a.NowMS, mode, a.Want, a.MaxPayload, a.MinIdleMS, q.Name,

@@ -37,7 +37,11 @@
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer (worker id)
 -- ARGV[3]  now ms
--- ARGV[4]  mode: "read" (XREADGROUP new entries, bands 9..0) or "reclaim" (XAUTOCLAIM)
+-- ARGV[4]  mode: "read" (XREADGROUP new entries, bands 9..0) or "reclaim" (XAUTOCLAIM);
+--          "reread": read, after the caller's idle read failed without a reply from
+--          Redis (its connection dropped): the inbox rows pending for the caller that
+--          it did not name as received were delivered to that read, and are taken
+--          as unread ones are
 -- ARGV[5]  how many entries to take at most
 -- ARGV[6]  payload limit in bytes
 -- ARGV[7]  min idle ms (reclaim mode)
@@ -124,6 +128,9 @@
 -- now stays a string: a Lua number passed to redis.call is formatted with snprintf.
 local group, consumer, now = ARGV[1], ARGV[2], ARGV[3]
 local mode, want, maxpayload = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+-- "reread": read mode, and the inbox rows of a lost idle read are taken (see the top)
+local reread = mode == "reread"
+if reread then mode = "read" end
 local minidle, queue = tonumber(ARGV[7]), ARGV[8]
 local maxid, lapsedmax = tonumber(ARGV[13]), ARGV[14]
 local prefix, deadkey = KEYS[12], KEYS[13]
@@ -655,29 +662,43 @@ end
 
 -- hand-offs not read yet
 if redis.call("EXISTS", inbox) == 1 then
-  local ok, rows = pcall(redis.call, "XREADGROUP", "GROUP", group, consumer, "NOACK", "STREAMS", inbox, ">")
-  if ok and rows then
-    for _, e in ipairs(rows[1][2]) do
-      local f = inbox_fields(e[2])
-      local band = tonumber(f.b)
-      redis.call("XDEL", inbox, e[1])
-      redis.call("ZREM", KEYS[19], consumer .. " " .. e[1])
-      if band and band >= 0 and band <= 9 and f.e then
-        if f.d then
-          delivered(band, f.e)
-        elseif f.i then
-          local h = prefix .. f.i
-          local ok2, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry", "worker", "failures")
-          if ok2 and is_current(t, f.a, f.e) and t[4] == consumer then
-            redis.call("HSET", h, "handback", "")
-            start(head_of(f.e, bands[band + 1], f.a or "", "2", f.i),
-              pack_spec(f.t or "0", f.m or "0", f.c or "0", f.u or "", f.f or ""),
-              f.p or "", tonumber(t[5]) or 0, limits and "" or nil)
-            if not tonumber(f.a) or string.find(f.i, "}", 1, true) then textreceipt = false end
-          end
+  -- row takes inbox row e as the caller's blocking read would have: a started task
+  -- still current for the caller runs, a delivered entry is taken as delivered
+  local function row(e)
+    local f = inbox_fields(e[2])
+    local band = tonumber(f.b)
+    redis.call("XDEL", inbox, e[1])
+    redis.call("ZREM", KEYS[19], consumer .. " " .. e[1])
+    if band and band >= 0 and band <= 9 and f.e then
+      if f.d then
+        delivered(band, f.e)
+      elseif f.i then
+        local h = prefix .. f.i
+        local ok2, t = pcall(redis.call, "HMGET", h, "status", "attempt", "entry", "worker", "failures")
+        if ok2 and is_current(t, f.a, f.e) and t[4] == consumer then
+          redis.call("HSET", h, "handback", "")
+          start(head_of(f.e, bands[band + 1], f.a or "", "2", f.i),
+            pack_spec(f.t or "0", f.m or "0", f.c or "0", f.u or "", f.f or ""),
+            f.p or "", tonumber(t[5]) or 0, limits and "" or nil)
+          if not tonumber(f.a) or string.find(f.i, "}", 1, true) then textreceipt = false end
         end
       end
     end
+  end
+  if reread then
+    -- rows the caller's idle read was delivered and never saw (its reply was lost):
+    -- pending for it in the inbox group, not among the received (acked above)
+    local ok, rows = pcall(redis.call, "XREADGROUP", "GROUP", group, consumer, "STREAMS", inbox, "0")
+    if ok and rows and rows[1] then
+      for _, e in ipairs(rows[1][2]) do
+        redis.call("XACK", inbox, group, e[1])
+        if e[2] then row(e) end -- false: the row was deleted meanwhile
+      end
+    end
+  end
+  local ok, rows = pcall(redis.call, "XREADGROUP", "GROUP", group, consumer, "NOACK", "STREAMS", inbox, ">")
+  if ok and rows then
+    for _, e in ipairs(rows[1][2]) do row(e) end
   end
 end
 

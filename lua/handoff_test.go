@@ -582,3 +582,50 @@ func TestLapsedRegistrationsPrunedInBoundedSteps(t *testing.T) {
 		t.Fatalf("after two calls: waiting = %v, want the live worker alone", got)
 	}
 }
+
+// A claim in reread mode (the worker's idle read failed without a reply) takes the
+// inbox rows pending for the worker that it does not name as received: the row of a
+// read whose reply was lost starts its task, once; a received row is not started again;
+// a row whose task is no longer the worker's starts nothing. The inbox and its pending
+// list are left empty.
+func TestRereadTakesTheRowsOfALostRead(t *testing.T) {
+	t.Parallel()
+	for _, stale := range []bool{false, true} {
+		t.Run(fmt.Sprint("stale=", stale), func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			f.wait(t, "w1", 1<<20)
+			f.enqueue(t, lua.NewTask{ID: "a1"})
+			got := f.inbox(t, "w1") // received: the worker runs a1
+			f.wait(t, "w1", 1<<20)
+			f.enqueue(t, lua.NewTask{ID: "a2"})
+			if lost := f.inbox(t, "w1"); len(got) != 1 || len(lost) != 1 {
+				t.Fatalf("inbox reads %+v then %+v, want a row each", got, lost)
+			}
+			if stale {
+				// reclaimed by another worker meanwhile
+				if err := f.rdb.HSet(f.ctx, f.q.Task("a2"), "attempt", "2", "worker", "w9").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1, Reread: true,
+				Received: []lua.Received{{InboxEntry: got[0].InboxEntry, ID: "a1"}}})
+			want := 1
+			if stale {
+				want = 0
+			}
+			if len(r.Started) != want || (want == 1 && (r.Started[0].ID != "a2" || r.Started[0].Attempt != 1 || !r.Started[0].HandedOff)) {
+				t.Fatalf("reread claim started %+v, want %d (a2 at attempt 1)", r.Started, want)
+			}
+			if n := f.rdb.XLen(f.ctx, f.q.Inbox("w1")).Val(); n != 0 {
+				t.Fatalf("inbox holds %d rows", n)
+			}
+			if p, err := f.rdb.XPending(f.ctx, f.q.Inbox("w1"), keys.Group).Result(); err != nil || p.Count != 0 {
+				t.Fatalf("inbox PEL = %+v, %v; want empty", p, err)
+			}
+			if r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1, Reread: true}); len(r.Started) != 0 {
+				t.Fatalf("a second reread claim started %+v", r.Started)
+			}
+		})
+	}
+}

@@ -9,7 +9,7 @@ func hashOf(name string) string {
 	case "cancel.lua":
 		return "c05b68d0c28215d2eeb71bc021c9c07d42011599"
 	case "claim.lua":
-		return "21ffad92cfb1298d36f2c02b0676edf26624c577"
+		return "e3384972a6127e5cb641fae9c410d2d7ccd48c63"
 	case "complete.lua":
 		return "222d5e9241215b293f52713501d7c60f54f9683d"
 	case "cron_advance.lua":

@@ -42,6 +42,9 @@ type poller struct {
 	// dropped connection): it may have delivered an entry whose reply was lost, which
 	// the loop's next pass takes (retake) instead of leaving it to a reaper
 	lost []string
+	// per served queue (the loop's only): that read covered the queue's inbox, so the
+	// next claim on the queue takes the inbox rows it may have been delivered (Reread)
+	reread []bool
 
 	fetched     chan struct{} // closed when the loop's first fetch returned
 	fetchedOnce sync.Once
@@ -49,7 +52,7 @@ type poller struct {
 
 func newPoller(w *Worker) *poller {
 	return &poller{w: w, calls: w.newCalls(), faults: w.newFaults("poll"), reader: blockread.New(w.rdb, blockread.Options{}),
-		paused: make([]bool, len(w.queues)), throttled: make([]int64, len(w.queues)), recheck: make([]int64, len(w.queues)),
+		paused: make([]bool, len(w.queues)), reread: make([]bool, len(w.queues)), throttled: make([]int64, len(w.queues)), recheck: make([]int64, len(w.queues)),
 		fetched: make(chan struct{})}
 }
 
@@ -169,6 +172,7 @@ func (p *poller) fetch(ctx context.Context, capacity int64) (int64, error) {
 		res, err := lua.Claim.Run(ctx, w.rdb, lua.ClaimArgs{Queue: q,
 			Consumer: w.id, NowMS: now.UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
 			Call: call, Previous: prev, RegisterUntilMS: until, Tag: w.callTag, Received: calls.recv[q.Name],
+			Reread: p.reread[i],
 		})
 		w.sawRedis(err)
 		if err != nil {
@@ -191,6 +195,7 @@ func (p *poller) fetch(ctx context.Context, capacity int64) (int64, error) {
 func (p *poller) claimed(i int, q keys.Queue, res lua.ClaimResult) int64 {
 	p.calls.answered(q.Name)
 	p.faults.ok(q.Name)
+	p.reread[i] = false
 	p.brokenBands(q, res.Broken)
 	p.paused[i] = res.Paused
 	p.throttled[i], p.recheck[i] = res.ThrottledUntilMS, res.RecheckMS
@@ -380,7 +385,7 @@ func (p *poller) claimDelivered(ctx context.Context, delivered map[string][]lua.
 		call, prev := calls.next(q.Name)
 		res, err := lua.Claim.Run(ctx, w.rdb, lua.ClaimArgs{Queue: q,
 			Consumer: w.id, NowMS: w.now().UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
-			Delivered: d, Call: call, Previous: prev, Received: calls.recv[q.Name],
+			Delivered: d, Call: call, Previous: prev, Received: calls.recv[q.Name], Reread: p.reread[i],
 		})
 		w.sawRedis(err)
 		if err != nil {
@@ -395,19 +400,30 @@ func (p *poller) claimDelivered(ctx context.Context, delivered map[string][]lua.
 	return nil
 }
 
-// lostRead notes the band streams of an idle read that failed without Redis's reply.
+// lostRead notes what an idle read that failed without Redis's reply covered: its
+// band streams (retake) and the queues whose inbox it read (Reread).
 func (p *poller) lostRead(streams []string) {
 	for _, s := range streams {
-		if _, band, ok := p.w.streamOf(s); ok && band >= 0 {
+		q, band, ok := p.w.streamOf(s)
+		if !ok {
+			continue
+		}
+		if band >= 0 {
 			p.lost = append(p.lost, s)
+			continue
+		}
+		for i, wq := range p.w.queues {
+			if wq.Name == q.Name {
+				p.reread[i] = true
+			}
 		}
 	}
 }
 
-// retake claims what an idle read whose reply was lost delivered: the entries of its
-// band streams pending for this worker that no execution of it runs from, up to
-// capacity (the rest, and any hand-off row of an inbox, wait for a reaper and the
-// leader's rescue as before). An entry the worker's reaper reclaimed meanwhile, or one
+// retake claims what an idle read whose reply was lost delivered from the bands: the
+// entries of its band streams pending for this worker that no execution of it runs
+// from, up to capacity (the rest wait for a reaper). Its inbox rows are the next
+// claim's on each queue (Reread). An entry the worker's reaper reclaimed meanwhile, or one
 // another worker runs, is left as it is by the claim. A stream broken or deleted since
 // is left to the reaper too.
 func (p *poller) retake(ctx context.Context, capacity int64) error {

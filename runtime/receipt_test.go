@@ -64,13 +64,19 @@ func TestUnansweredClaimIsResent(t *testing.T) {
 	}
 }
 
-// TestLostIdleReadIsTakenAgain: Redis serves the idle read an entry and the reply never
-// reaches the worker (its connection drops as it comes). The entry is pending for the
-// worker, and no reaper would take it before the visibility timeout (60 s here, past
-// the test's deadline): the worker's next pass finds it among its own pending entries,
+// TestLostIdleReadIsTakenAgain: Redis serves the idle read an entry, or a hand-off row
+// of the worker's inbox, and the reply never reaches the worker (its connection drops
+// as it comes). The entry (or the row and the task's entry) is pending for the worker,
+// and no reaper would take it before the visibility timeout (60 s here, past the
+// test's deadline): the worker's next pass finds it among its own pending entries,
 // beside the one it is running, and starts it, once.
 func TestLostIdleReadIsTakenAgain(t *testing.T) {
 	t.Parallel()
+	t.Run("entry", func(t *testing.T) { t.Parallel(); lostIdleRead(t, false) })
+	t.Run("hand-off", func(t *testing.T) { t.Parallel(); lostIdleRead(t, true) })
+}
+
+func lostIdleRead(t *testing.T, handoff bool) {
 	srv := redistest.Start(t, redistest.Options{})
 	proxy, err := chaos.NewProxy(srv.Addr())
 	if err != nil {
@@ -106,9 +112,13 @@ func TestLostIdleReadIsTakenAgain(t *testing.T) {
 		clients, err := direct.ClientList(t.Context()).Result()
 		return err == nil && strings.Contains(clients, "cmd=xreadgroup")
 	})
-	// The idle read, not a hand-off, is the path under test.
-	if err := direct.Del(t.Context(), keys.New(prefix).Queue("default").Waiting()).Err(); err != nil {
-		t.Fatal(err)
+	waiting := keys.New(prefix).Queue("default").Waiting()
+	if handoff {
+		if n, err := direct.ZCard(t.Context(), waiting).Result(); err != nil || n != 1 {
+			t.Fatalf("%d workers waiting for a hand-off (%v), want the one", n, err)
+		}
+	} else if err := direct.Del(t.Context(), waiting).Err(); err != nil {
+		t.Fatal(err) // an entry read from the band is the path under test
 	}
 	id, _, err := c.Enqueue(t.Context(), client.Task{Queue: "default", Function: "noop"})
 	if err != nil {
