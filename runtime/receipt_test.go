@@ -14,6 +14,46 @@ import (
 	"github.com/dtq/dtq/runtime"
 )
 
+// proxied is a worker's setting behind a fault proxy: its client (of the options given,
+// through the proxy), a client straight to Redis and one of dtq's over it, a recorder,
+// and a configuration whose visibility timeout and idle block (60 s) outlast the test.
+type proxied struct {
+	proxy  *chaos.Proxy
+	rdb    *redis.Client
+	direct *redis.Client
+	c      *client.Client
+	rec    *recorder
+	prefix string
+	cfg    runtime.Config
+}
+
+func newProxied(t *testing.T, o *redis.Options) proxied {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	proxy, err := chaos.NewProxy(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	o.Addr = proxy.Addr()
+	rdb := redis.NewClient(o)
+	t.Cleanup(func() { _ = rdb.Close() })
+	x := proxied{proxy: proxy, rdb: rdb, direct: srv.Client(t), rec: newRecorder(), prefix: redistest.Prefix(t)}
+	x.c = client.New(x.direct, client.Options{Prefix: x.prefix})
+	x.cfg = testConfig(t, "redis://"+proxy.Addr(), x.prefix, map[string]string{
+		"DTQ_VISIBILITY_TIMEOUT_S": "60", "DTQ_HEARTBEAT_INTERVAL_S": "5", "DTQ_POLL_BLOCK_MS": "60000"})
+	return x
+}
+
+// awaitBlocked waits until a client of direct's server is in a blocking XREADGROUP.
+func awaitBlocked(t *testing.T, direct *redis.Client) {
+	t.Helper()
+	eventually(t, "the worker to block", func() bool {
+		clients, err := direct.ClientList(t.Context()).Result()
+		return err == nil && strings.Contains(clients, "cmd=xreadgroup")
+	})
+}
+
 // TestUnansweredClaimIsResent: Redis runs a claim, its reply never reaches the worker,
 // and go-redis does not resend it (here: no retries at all), so the poll loop fails and
 // restarts. Its next call on the queue is that same call again, which the receipt
@@ -21,32 +61,17 @@ import (
 // for a reaper after the visibility timeout (60 s here, past the test's deadline).
 func TestUnansweredClaimIsResent(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	proxy, err := chaos.NewProxy(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	prefix := redistest.Prefix(t)
-	direct := srv.Client(t)
-	c := client.New(direct, client.Options{Prefix: prefix})
-	rec := newRecorder()
 	// A long block: no claim call but the one the task's arrival causes.
-	cfg := testConfig(t, "redis://"+proxy.Addr(), prefix, map[string]string{
-		"DTQ_VISIBILITY_TIMEOUT_S": "60", "DTQ_HEARTBEAT_INTERVAL_S": "5", "DTQ_POLL_BLOCK_MS": "60000"})
-	w := startWorker(t, rdb, cfg, nil, rec)
+	x := newProxied(t, &redis.Options{MaxRetries: -1})
+	proxy, direct, c, rec := x.proxy, x.direct, x.c, x.rec
+	w := startWorker(t, x.rdb, x.cfg, nil, rec)
 	<-w.w.Fetched()
 	// The first fetch may still be on its way back; the next read-mode claim is the
 	// one the blocking read's delivery causes.
-	eventually(t, "the worker to block", func() bool {
-		clients, err := direct.ClientList(t.Context()).Result()
-		return err == nil && strings.Contains(clients, "cmd=xreadgroup")
-	})
+	awaitBlocked(t, direct)
 	// The path under test is the claim of an entry the blocking read delivered: take the
 	// idle worker's hand-off registration away, so the enqueue does not start the task.
-	if err := direct.Del(t.Context(), keys.New(prefix).Queue("default").Waiting()).Err(); err != nil {
+	if err := direct.Del(t.Context(), keys.New(x.prefix).Queue("default").Waiting()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	proxy.CutOnReply(chaos.Contains("EVALSHA", ":paused", "read"), 1)
@@ -77,20 +102,8 @@ func TestLostIdleReadIsTakenAgain(t *testing.T) {
 }
 
 func lostIdleRead(t *testing.T, handoff bool) {
-	srv := redistest.Start(t, redistest.Options{})
-	proxy, err := chaos.NewProxy(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	prefix := redistest.Prefix(t)
-	direct := srv.Client(t)
-	c := client.New(direct, client.Options{Prefix: prefix})
-	rec := newRecorder()
-	cfg := testConfig(t, "redis://"+proxy.Addr(), prefix, map[string]string{
-		"DTQ_VISIBILITY_TIMEOUT_S": "60", "DTQ_HEARTBEAT_INTERVAL_S": "5", "DTQ_POLL_BLOCK_MS": "60000"})
+	x := newProxied(t, &redis.Options{})
+	proxy, direct, c, rec, prefix := x.proxy, x.direct, x.c, x.rec, x.prefix
 	release := make(chan struct{})
 	reg := runtime.NewRegistry()
 	reg.Register("hold", func(ctx context.Context, _ *runtime.Task) ([]byte, error) {
@@ -106,12 +119,9 @@ func lostIdleRead(t *testing.T, handoff bool) {
 	// The worker's first idle read is the one whose reply is cut (the command itself:
 	// a script's text sent with EVAL names XREADGROUP too).
 	proxy.CutOnReply(chaos.Command("XREADGROUP", "BLOCK"), 1)
-	startWorker(t, rdb, cfg, reg, rec)
+	startWorker(t, x.rdb, x.cfg, reg, rec)
 	rec.wait(t, "the held task to start", is(runtime.EventTaskStarted, held))
-	eventually(t, "the worker to block", func() bool {
-		clients, err := direct.ClientList(t.Context()).Result()
-		return err == nil && strings.Contains(clients, "cmd=xreadgroup")
-	})
+	awaitBlocked(t, direct)
 	waiting := keys.New(prefix).Queue("default").Waiting()
 	if handoff {
 		if n, err := direct.ZCard(t.Context(), waiting).Result(); err != nil || n != 1 {
