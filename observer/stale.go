@@ -13,6 +13,7 @@ import (
 
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/liveness"
+	"github.com/dtq/dtq/internal/redisconn"
 	"github.com/dtq/dtq/internal/service"
 	"github.com/dtq/dtq/lua"
 )
@@ -131,12 +132,12 @@ func (w *StaleWatcher) Pass(ctx context.Context) error {
 		}
 		return nil
 	})
-	if connErr(err) {
+	if redisconn.NoReply(err) {
 		return fmt.Errorf("read the workers: %w", err)
 	}
 	for i := range ids {
 		for _, err := range []error{recs[i].Err(), marks[i].Err()} {
-			if connErr(err) {
+			if redisconn.NoReply(err) {
 				return fmt.Errorf("read the workers: %w", err)
 			}
 		}
@@ -149,7 +150,7 @@ func (w *StaleWatcher) Pass(ctx context.Context) error {
 			continue
 		}
 		if err := w.judge(ctx, id, recs[i].Val(), mark == nil); err != nil {
-			if connErr(err) {
+			if redisconn.NoReply(err) {
 				errs = append(errs, err)
 				continue
 			}
@@ -215,17 +216,4 @@ func (w *StaleWatcher) readable(id string) {
 	w.mu.Lock()
 	delete(w.unreadable, id)
 	w.mu.Unlock()
-}
-
-// isReplyError reports whether err is Redis's answer to one command (a key of another
-// type, a script's error), not a failure of the connection.
-func isReplyError(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
-}
-
-// connErr reports whether err failed a command short of Redis's answer (the network,
-// the server): neither nil, nor a nil reply, nor an error reply.
-func connErr(err error) bool {
-	return err != nil && !errors.Is(err, redis.Nil) && !isReplyError(err)
 }

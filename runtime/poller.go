@@ -15,6 +15,7 @@ import (
 	"github.com/dtq/dtq/client"
 	"github.com/dtq/dtq/internal/blockread"
 	"github.com/dtq/dtq/internal/keys"
+	"github.com/dtq/dtq/internal/redisconn"
 	"github.com/dtq/dtq/internal/service"
 	"github.com/dtq/dtq/lua"
 )
@@ -334,7 +335,7 @@ func (p *poller) block(ctx context.Context, capacity int64) error {
 		if lua.IsKeyError(err) && p.wrongTypeStreams(ctx, streams, err) {
 			return nil // the next read leaves them out
 		}
-		if !isReply(err) {
+		if redisconn.NoReply(err) {
 			p.lostRead(streams)
 		}
 		return err
@@ -449,7 +450,7 @@ func (p *poller) retake(ctx context.Context, capacity int64) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if isReply(err) {
+		if !redisconn.NoReply(err) {
 			p.lost = nil // a stream broken or deleted since: its entries are the reaper's
 			return nil
 		}
@@ -475,13 +476,6 @@ func (p *poller) retake(ctx context.Context, capacity int64) error {
 	}
 	w.log.Info("poll: claiming entries an idle read delivered as its connection dropped", "entries", n)
 	return p.claimDelivered(ctx, delivered, capacity)
-}
-
-// isReply reports whether err is an error reply of Redis (it answered), not a network
-// error or a timeout (its reply, if any, was lost).
-func isReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re)
 }
 
 // wrongTypeStreams finds which of the streams the idle read covered are of another

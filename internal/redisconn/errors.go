@@ -69,6 +69,14 @@ func Classify(err error) Class {
 	return Answered
 }
 
+// NoReply reports whether err failed a command short of Redis's answer (the network,
+// a timeout, the caller's context): neither nil, nor a nil reply, nor an error reply.
+// A command that failed so may have run, its reply lost.
+func NoReply(err error) bool {
+	var re redis.Error
+	return err != nil && !errors.As(err, &re)
+}
+
 // RefusedCause says what to fix when err is a refusal no wait heals ("" when it is
 // not one), in one short line that names no secret.
 func RefusedCause(err error) string {

@@ -323,3 +323,39 @@ func TestQuietRefusals(t *testing.T) {
 		t.Fatalf("log:\n%s", out)
 	}
 }
+
+// NoReply is true of failures short of Redis's answer, false of answers and error
+// replies: only the former may have lost the reply of a command that ran.
+func TestNoReply(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	c := srv.Client(t)
+	key := redistest.Prefix(t) + ":str"
+	down := redistest.Start(t, redistest.Options{})
+	down.Kill()
+	ctx, cancel := short()
+	defer cancel()
+	if err := c.Set(ctx, key, "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"ok", c.Ping(ctx).Err(), false},
+		{"nil reply", c.Get(ctx, key+":missing").Err(), false},
+		{"WRONGTYPE", c.HGet(ctx, key, "f").Err(), false},
+		{"connection refused", open(t, down.URL(), redisconn.Options{}).Ping(ctx).Err(), true},
+		{"deadline", func() error {
+			d, cancel := context.WithTimeout(ctx, time.Nanosecond)
+			defer cancel()
+			<-d.Done()
+			return c.Ping(d).Err()
+		}(), true},
+	} {
+		if got := redisconn.NoReply(tc.err); got != tc.want {
+			t.Errorf("%s: NoReply(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+}
