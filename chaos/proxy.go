@@ -205,7 +205,7 @@ func Command(name string, parts ...string) func([]byte) bool {
 	rest := Contains(parts...)
 	return func(req []byte) bool {
 		i := bytes.Index(req, []byte("\r\n"))
-		return i >= 0 && len(req) > 0 && req[0] == '*' && bytes.HasPrefix(bytes.ToLower(req[i+2:]), head) && rest(req)
+		return i >= 0 && req[0] == '*' && bytes.HasPrefix(bytes.ToLower(req[i+2:]), head) && rest(req)
 	}
 }
 

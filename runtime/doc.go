@@ -33,10 +33,10 @@
 // on its own goroutine, Stop ends it and waits (idempotent, safe before Start), and New
 // starts nothing. Each loop runs under service.Supervise: an error or a panic is logged
 // (and counted in dtq_worker_loop_restarts_total) and the loop restarts, after 10–30 ms
-// or, while it keeps failing, up to 0.5–1.5 s; the worker never dies of a loop. Each loop's pass is a runOnce method,
-// which the internal tests drive one by one. Worker (worker.go) composes them, beside
-// core (its identity and collaborators, read-only once New returns) and tally (its state
-// and counters, which change while it runs):
+// or, while it keeps failing, up to 0.5–1.5 s; the worker never dies of a loop. Each
+// loop's pass is a runOnce method, which the internal tests drive one by one. Worker
+// (worker.go) composes them, beside core (its identity and collaborators, read-only
+// once New returns) and tally (its state and counters, which change while it runs):
 //
 //	Run ─► events (events.go)       the best-effort publisher of lifecycle events
 //	    ─► completer (completer.go)  records outcomes in batches (complete.lua)
