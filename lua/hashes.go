@@ -9,7 +9,7 @@ func hashOf(name string) string {
 	case "cancel.lua":
 		return "c05b68d0c28215d2eeb71bc021c9c07d42011599"
 	case "claim.lua":
-		return "e3384972a6127e5cb641fae9c410d2d7ccd48c63"
+		return "35f5d010340c19c3f4560578968338d8cb43d74e"
 	case "complete.lua":
 		return "222d5e9241215b293f52713501d7c60f54f9683d"
 	case "cron_advance.lua":

@@ -150,6 +150,62 @@ func TestClaimReadsBandsInPriorityOrder(t *testing.T) {
 	}
 }
 
+// A claim creates the stream and group of a band that has none only when it ends
+// wanting more (its caller blocks next on every band); one that found what it wanted
+// leaves the empty bands alone. A band deleted under a busy claim is created again by
+// the first claim that comes up short, and its new entries are then read.
+func TestClaimCreatesMissingBandsWhenItEndsWanting(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.enqueue(t, lua.NewTask{ID: "a", Priority: 0})
+	f.enqueue(t, lua.NewTask{ID: "b", Priority: 0})
+	exists := func(band int) bool {
+		t.Helper()
+		n, err := f.rdb.Exists(f.ctx, f.q.Stream(band)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	if exists(4) {
+		t.Fatal("band 4 exists before any claim")
+	}
+	if r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1}); len(r.Started) != 1 {
+		t.Fatalf("started %d, want 1", len(r.Started))
+	}
+	if exists(4) {
+		t.Fatal("a claim that found all it wanted created the empty band 4")
+	}
+	if r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 2}); len(r.Started) != 1 {
+		t.Fatalf("started %d, want 1", len(r.Started))
+	}
+	for band := range keys.Bands {
+		groups, err := f.rdb.XInfoGroups(f.ctx, f.q.Stream(band)).Result()
+		if err != nil || len(groups) != 1 || groups[0].Name != keys.Group {
+			t.Fatalf("band %d after a claim that came up short: groups %v, %v", band, groups, err)
+		}
+	}
+	// deleted while a busy claim passes it, written again without a group
+	f.rdb.Del(f.ctx, f.q.Stream(6))
+	f.enqueue(t, lua.NewTask{ID: "c", Priority: 0})
+	if r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1}); len(r.Started) != 1 || r.Started[0].ID != "c" {
+		t.Fatalf("started %+v, want c", r.Started)
+	}
+	if exists(6) {
+		t.Fatal("a claim that found all it wanted created the deleted band 6")
+	}
+	if r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1}); len(r.Started) != 0 {
+		t.Fatalf("started %+v from an empty queue", r.Started)
+	}
+	if !exists(6) {
+		t.Fatal("a claim that came up short left band 6 without its stream")
+	}
+	f.enqueue(t, lua.NewTask{ID: "d", Priority: 6})
+	if r := f.claim(t, lua.ClaimArgs{Consumer: "w1", Want: 1}); len(r.Started) != 1 || r.Started[0].ID != "d" {
+		t.Fatalf("started %+v, want d", r.Started)
+	}
+}
+
 // Seed race 1: two workers claim the same queued task through two entries (a duplicate
 // XADD). Exactly one starts it; the other absorbs its entry: ACK, no run.
 func TestRaceClaimSameQueuedTask(t *testing.T) {
