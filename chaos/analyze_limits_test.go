@@ -43,3 +43,26 @@ func TestCheckLimit(t *testing.T) {
 		t.Fatalf("a start past the limit not caught: %+v", lf)
 	}
 }
+
+// An execution whose function began after a later attempt of its task had started (its
+// worker claimed it, froze before the function began, and resumed after a peer took the
+// task over) is a zombie from its first instant: it counts in the zombie peak, never as
+// a current attempt.
+func TestCheckLimitZombieThatStartsLate(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	specs := []chaos.Spec{{Queue: "q", ID: "a", Function: "sleep"}, {Queue: "q", ID: "b", Function: "sleep"}}
+	ex := func(id string, attempt int64, pid, start, finish int) *chaos.Exec {
+		return &chaos.Exec{Queue: "q", Task: id, Attempt: attempt, PID: pid, Start: at(start), Finish: at(finish), Outcome: chaos.OutcomeOK}
+	}
+	scope := chaos.ConcScope{Queue: "q", Function: "sleep", Concurrency: 2}
+	execs := []*chaos.Exec{
+		ex("a", 2, 2, 1000, 2000), // the peer's attempt
+		ex("a", 1, 1, 1005, 1010), // the resumed worker's stale one, begun 5 ms later
+		ex("b", 1, 2, 500, 3000),
+	}
+	lf := chaos.CheckLimit(scope, specs, execs, nil)
+	if lf.Peak != 2 || lf.Exceeded != 0 || lf.ZombiePeak != 3 || lf.ZombieFor != 5*time.Millisecond {
+		t.Fatalf("findings %+v", lf)
+	}
+}

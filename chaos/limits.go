@@ -33,7 +33,9 @@ func (s ConcScope) String() string {
 // the run proved nothing) and never pass it. A fenced execution still running on a
 // worker that resumed (a freeze, a worker cut off from Redis) is not the task's current
 // attempt: the limit cannot stop a process it cannot reach. ZombiePeak counts those too,
-// until their real finish, so the overlap they add is measured, not hidden.
+// until their real finish, so the overlap they add is measured, not hidden. So does an
+// execution that began after a later attempt of its task had started (claimed, then its
+// worker frozen before the function began, and the task taken over meanwhile).
 type LimitFindings struct {
 	Scope      ConcScope `json:"scope"`
 	Executions int       `json:"executions"`
@@ -148,10 +150,21 @@ func CheckLimit(s ConcScope, specs []Spec, execs []*Exec, faults []Fault) LimitF
 					break
 				}
 			}
+			// A later attempt that started first: this execution was claimed, its worker
+			// froze before the function began, a peer took the task over, and the worker
+			// resumed and started it — fenced from its first instant, a zombie only.
+			for _, pr := range list[:i] {
+				if pr.Attempt > e.Attempt {
+					end = e.Start
+					break
+				}
+			}
 			if end.Before(real) && real != forever {
 				lf.ZombieFor = max(lf.ZombieFor, real.Sub(end))
 			}
-			cur = append(cur, edge{e.Start, 1}, edge{end, -1})
+			if end.After(e.Start) {
+				cur = append(cur, edge{e.Start, 1}, edge{end, -1})
+			}
 			zombie = append(zombie, edge{e.Start, 1}, edge{real, -1})
 		}
 	}
