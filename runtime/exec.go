@@ -281,7 +281,8 @@ func (w *Worker) execute(e *execution) {
 		w.record(e)
 		return
 	}
-	if w.now().Sub(time.Unix(0, e.confirmed.Load())) >= w.cfg.VisibilityTimeout/2 && !w.confirm(e) {
+	// (confirmed is 0 for an execution no claim made: RunInline's, which has no Redis)
+	if c := e.confirmed.Load(); c != 0 && w.now().Sub(time.Unix(0, c)) >= w.cfg.VisibilityTimeout/2 && !w.confirm(e) {
 		w.release(e) // not started: the entry is a peer's, or a reaper's after the timeout
 		return
 	}
