@@ -113,15 +113,16 @@
 //	+ max(1 s, DTQ_HEARTBEAT_INTERVAL_S)           the "draining" heartbeat
 //	+ max(C, the reclaim bound ≤ 2 s) + C           a command in flight as the fetching
 //	                                                loops and the heartbeat stop
-//	+ 46 s: 2×(leave 2 + touch back 3 + hand back 2) + the poller's hand-back 3 + 2
-//	        + lock release 1 + cancellation grace 1 + touch back 3 + executors' grace 1
+//	+ 49 s: 2×(leave 2 + touch back 3 + hand back 2) + the poller's hand-back 3 + 2
+//	        + lock release 1 + cancellation grace 1 + a heartbeat touch in flight 3
+//	        + touch back 3 + executors' grace 1
 //	        + completion call 5 + completion give-up 5 + final heartbeat 1
 //	        + events: 5 flushes of 2 s (a 1024-event buffer, 256 a flush)
 //
 // where C bounds one command already on the wire: go-redis does not abandon it when
 // its context is cancelled, so it is the client's dial, write and read timeouts (5 + 3
 // + 3 s by default); a dead server's refused connection ends it at once. With the
-// defaults (drain 30 s, heartbeat 5 s) that is 30 + 5 + 11 + 11 + 46 = 103 s; most
+// defaults (drain 30 s, heartbeat 5 s) that is 30 + 5 + 11 + 11 + 49 = 106 s; most
 // steps take milliseconds, and only the drain timeout is spent waiting when Redis
 // answers. A Kubernetes terminationGracePeriodSeconds shorter than the bound may kill
 // the worker in its hand-back; peers then reclaim its entries after the visibility

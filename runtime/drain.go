@@ -149,8 +149,9 @@ func (w *Worker) exitBound(inFlight time.Duration) time.Duration {
 		2*(leaveTimeout+touchBackTimeout+handBackTimeout) +
 		// 2. the "draining" heartbeat, the lock's release
 		w.heartbeat.writeTimeout() + leaderReleaseTimeout +
-		// 4. the cancelled functions' grace, their hand-back; 5. the executors' grace
-		cancelGrace + touchBackTimeout + cancelGrace +
+		// 4. the cancelled functions' grace, a heartbeat touch in flight, their
+		// hand-back; 5. the executors' grace
+		cancelGrace + touchPassWait + touchBackTimeout + cancelGrace +
 		// 6. the completions: a failing call, then the give-up
 		completeCallTimeout + completeGiveUp +
 		// 7. the heartbeat's pass in flight, the final heartbeat

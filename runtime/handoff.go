@@ -23,6 +23,9 @@ const (
 	leaveTimeout     = 2 * time.Second
 	touchBackTimeout = 3 * time.Second
 	handBackTimeout  = 2 * time.Second
+	// touchPassWait bounds the drain's wait for a heartbeat touch in flight before it
+	// hands executions back.
+	touchPassWait = 3 * time.Second
 )
 
 // handBackStarted hands back tasks started for this worker that it will not run.
@@ -109,16 +112,26 @@ func (w *Worker) touchBack(byQueue map[string][]lua.Held) {
 	}
 }
 
+// handBack hands back executions that will not record an outcome (the drain's
+// give-up). They are released first, then a heartbeat's touch pass in flight (whose
+// snapshot may still hold them) is waited for, at most touchPassWait: their entries'
+// idle clocks must end at the visibility timeout, not at the 0 of a late touch.
 func (w *Worker) handBack(list []*execution) {
 	byQueue := map[string][]lua.Held{}
 	for _, e := range list {
 		byQueue[e.queue] = append(byQueue[e.queue], e.heldRef())
-	}
-	w.touchBack(byQueue)
-	for _, e := range list {
 		w.metrics.count(e.fnLabel, OutcomeHandedBack)
 		w.release(e)
 	}
+	if len(list) == 0 {
+		return
+	}
+	if w.hold.beginTouch(touchPassWait) {
+		defer w.hold.endTouch()
+	} else {
+		w.log.Warn("drain: a heartbeat touch is still in flight; handing back regardless")
+	}
+	w.touchBack(byQueue)
 }
 
 // sortRead sorts what the idle read returned by queue: entries delivered from the bands

@@ -116,8 +116,18 @@ func (h *heartbeat) queue(ctx context.Context, p redis.Pipeliner, status livenes
 
 // touchHeld XCLAIMs every held entry back to this worker with idle 0 (fenced: entries
 // whose task was reclaimed by a peer are left alone).
+//
+// The pass holds the touch pass (holdings.touching) from its snapshot to its last
+// touch, so the drain's hand-back, which releases what it hands back before it takes
+// the pass, never has its idle clocks reset behind it.
 func (w *Worker) touchHeld(ctx context.Context) {
-	for name, es := range w.hold.byQueue() {
+	w.hold.beginTouch(0)
+	defer w.hold.endTouch()
+	held := w.hold.byQueue()
+	if w.hold.afterSnapshot != nil {
+		w.hold.afterSnapshot()
+	}
+	for name, es := range held {
 		hs := make([]lua.Held, len(es))
 		for i, e := range es {
 			hs[i] = e.heldRef()

@@ -3,6 +3,7 @@ package runtime
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dtq/dtq/lua"
 )
@@ -21,11 +22,38 @@ type holdings struct {
 	// slotFree is signalled when an execution returns: the poller waits on it at full
 	// capacity, the drain while functions run.
 	slotFree chan struct{}
+	// touching is held (cap 1) by a heartbeat's touch pass, from its snapshot of what is
+	// held to its last touch, and by the drain's hand-back around its touch back: a pass
+	// whose snapshot still holds an execution being handed back must not touch its entry
+	// (idle 0) after the hand-back set it to the visibility timeout.
+	touching chan struct{}
+	// afterSnapshot, when set (tests), runs in a touch pass after its snapshot.
+	afterSnapshot func()
 }
 
 func newHoldings() *holdings {
-	return &holdings{held: map[heldKey]*execution{}, slotFree: make(chan struct{}, 1)}
+	return &holdings{held: map[heldKey]*execution{}, slotFree: make(chan struct{}, 1), touching: make(chan struct{}, 1)}
 }
+
+// beginTouch takes the touch pass (waiting at most wait; 0: as long as it takes) and
+// reports whether it got it.
+func (h *holdings) beginTouch(wait time.Duration) bool {
+	if wait <= 0 {
+		h.touching <- struct{}{}
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case h.touching <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// endTouch gives the touch pass back.
+func (h *holdings) endTouch() { <-h.touching }
 
 func (h *holdings) add(e *execution) {
 	h.mu.Lock()
