@@ -194,7 +194,10 @@
 //     unconditional XCLAIM with idle 0 would).
 //     Its next heartbeat finds the execution fenced and cancels the function's context
 //     (cause ErrLost): a worker that resumes after a freeze or an outage does not keep
-//     running a task beside the attempt that replaced it.
+//     running a task beside the attempt that replaced it. An execution not known to be
+//     the worker's for half the visibility timeout (its claim, or the last touch that
+//     held it) is touched once more before its function starts, and not started when
+//     the task is no longer its own (Worker.confirm).
 //   - Receipts (call names carry a per-process tag, so a restart under the same
 //     DTQ_WORKER_ID never gets the previous process's reply): a claim call resent after its reply was lost (go-redis resends on a dropped
 //     connection) finds its receipt, a key holding the first run's reply for at most a

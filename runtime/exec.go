@@ -40,6 +40,9 @@ type execution struct {
 	tctx      atomic.Pointer[taskCtx]
 	// lostReq: a heartbeat found the task no longer this execution's (lost)
 	lostReq atomic.Bool
+	// confirmed is when the execution was last known to be this worker's (unix ns): its
+	// claim, then each touch that held it (sent at that time)
+	confirmed atomic.Int64
 }
 
 // ErrCancelled is the cause (context.Cause) of a function's context ended by a cancel
@@ -114,6 +117,7 @@ func (w *Worker) start(q keys.Queue, started []lua.Started) {
 			label = "(unknown)"
 		}
 		e := &execution{queue: q.Name, s: s, fn: fn, fnLabel: label, claimed: now}
+		e.confirmed.Store(now.UnixNano())
 		e.task = Task{
 			ID: s.ID, Queue: q.Name, Function: s.Function, Attempt: s.Attempt,
 			Payload: []byte(s.Payload), Priority: s.Band, Failures: s.Failures,
@@ -277,6 +281,11 @@ func (w *Worker) execute(e *execution) {
 		w.record(e)
 		return
 	}
+	// (confirmed is 0 for an execution no claim made: RunInline's, which has no Redis)
+	if c := e.confirmed.Load(); c != 0 && w.now().Sub(time.Unix(0, c)) >= w.cfg.VisibilityTimeout/2 && !w.confirm(e) {
+		w.release(e) // not started: the entry is a peer's, or a reaper's after the timeout
+		return
+	}
 	if w.cfg.EventsVerbose {
 		w.publish(Event{Type: EventTaskStarted, Queue: t.Queue, TaskID: t.ID, Attempt: t.Attempt})
 	}
@@ -314,6 +323,47 @@ func (w *Worker) execute(e *execution) {
 		w.fail(e, err)
 	}
 	w.record(e)
+}
+
+// confirm asks Redis whether an execution not known to be this worker's for half the
+// visibility timeout or more is still its own, before its function starts: the worker
+// may have been frozen or starved between the claim and now, and a peer's reaper may
+// have taken the task over meanwhile and started its next attempt. One touch of its
+// entry (as the heartbeat's), which also renews it. False when the task is no longer
+// this execution's: the function is not called, and the entry is left to its new owner.
+// When Redis does not answer, true: nothing shows the task was taken over, and the
+// completion's fence settles it as before (dropping the execution would hand the task
+// to a reaper after the visibility timeout, a failure counted, for a short outage).
+//
+// It holds the touch pass, as a heartbeat's does, so its touch never lands after the
+// drain's hand-back of the same execution; one handed back already is not started.
+func (w *Worker) confirm(e *execution) bool {
+	w.hold.beginTouch(0)
+	defer w.hold.endTouch()
+	if !w.hold.holds(e.queue, e.s.Band, e.s.Entry) {
+		return false // handed back by the drain
+	}
+	ctx, cancel := context.WithTimeout(w.pool.runCtx, max(time.Second, w.cfg.HeartbeatInterval))
+	defer cancel()
+	sent := w.now()
+	ok, err := lua.Touch.Run(ctx, w.rdb, lua.TouchArgs{Queue: w.byName[e.queue], Consumer: w.id, Items: []lua.Held{e.heldRef()}})
+	w.sawRedis(err)
+	if err != nil {
+		w.metrics.redisErrors.WithLabelValues("touch").Inc()
+		w.log.Warn("task: claimed long ago and its claim cannot be confirmed; started all the same",
+			"queue", e.queue, "task", e.s.ID, "attempt", e.s.Attempt, "claimed", e.claimed, "err", err)
+		return true
+	}
+	if !ok[0].Held() {
+		w.log.Warn("task: claimed long ago and taken over by a peer meanwhile; not started",
+			"queue", e.queue, "task", e.s.ID, "attempt", e.s.Attempt, "claimed", e.claimed)
+		return false
+	}
+	e.confirmed.Store(sent.UnixNano())
+	if ok[0] == lua.StopRequested {
+		e.cancelRequested()
+	}
+	return true
 }
 
 // call runs fn, turning a panic into a *PanicError.

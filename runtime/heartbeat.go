@@ -133,6 +133,7 @@ func (w *Worker) touchHeld(ctx context.Context) {
 			hs[i] = e.heldRef()
 		}
 		tctx, cancel := context.WithTimeout(ctx, max(time.Second, w.cfg.HeartbeatInterval))
+		sent := w.now().UnixNano()
 		ok, err := lua.Touch.Run(tctx, w.rdb, lua.TouchArgs{Queue: w.byName[name], Consumer: w.id, IdleMS: 0, Handback: false, Items: hs})
 		cancel()
 		w.sawRedis(err)
@@ -142,6 +143,9 @@ func (w *Worker) touchHeld(ctx context.Context) {
 			continue
 		}
 		for i, e := range es {
+			if ok[i].Held() {
+				e.confirmed.Store(sent)
+			}
 			if ok[i] == lua.StopRequested && e.cancelRequested() {
 				w.log.Info("heartbeat: cancel requested; the task's context is cancelled", "queue", name, "task", hs[i].ID, "attempt", hs[i].Attempt)
 			}
