@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dtq/dtq/function"
+	"github.com/dtq/dtq/internal/envcfg"
 	"github.com/dtq/dtq/internal/logging"
 	"github.com/dtq/dtq/internal/redisconn"
 	"github.com/dtq/dtq/runtime"
@@ -97,6 +98,11 @@ func runWorker(args []string) int {
 		}
 	}()
 	log.Info("worker: http listening", "addr", ln.Addr().String(), "redis", redisconn.Redact(cfg.RedisURL))
+	// A typo in a variable's name leaves its default in force without a word: say so,
+	// once the start is done (names only, never values).
+	for _, m := range envcfg.Misspelt(os.Environ(), "DTQ_", runtime.EnvVars()) {
+		log.Warn("config: variable not read by the worker, its value ignored", "var", m.Name, "did_you_mean", strings.Join(m.Meant, " or "))
+	}
 	err = <-runErr
 	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

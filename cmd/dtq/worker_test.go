@@ -14,7 +14,11 @@ import (
 	"time"
 
 	"github.com/dtq/dtq/client"
+	"github.com/dtq/dtq/internal/envcfg"
 	"github.com/dtq/dtq/internal/redistest"
+	"github.com/dtq/dtq/observer"
+	"github.com/dtq/dtq/runtime"
+	"github.com/dtq/dtq/scaler"
 )
 
 // exited waits for the worker to exit by itself and returns its exit code (the
@@ -260,5 +264,51 @@ func TestWorkerPortTakenTakesNoWork(t *testing.T) {
 	qi, err := c.Queue(ctx, "default")
 	if err != nil || qi.Lag != 1 || qi.Pending != 0 {
 		t.Fatalf("queue after the failed start: %+v, %v; want lag 1, pending 0", qi, err)
+	}
+}
+
+// A variable named like one of the worker's but not read by it (a typo) is named in a
+// warning with the variable it resembles; its value is never logged, and the variables
+// of the other dtq programs in a shared environment raise nothing.
+func TestWorkerWarnsOfMisspeltVariables(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	port := freePort(t)
+	w := startWorker(t, []string{"DTQ_REDIS_URL=" + srv.URL(), "DTQ_KEY_PREFIX=" + redistest.Prefix(t), "DTQ_LOG_FORMAT=json",
+		"PORT=" + strconv.Itoa(port), "DTQ_CONCURRENCY=misspelt-value-1", "DTQ_OBSERVER_TOKEN=observer-value-2",
+		"DTQ_SCALER_ADDR=:0"})
+	var warned map[string]any
+	eventually(t, "the warning of the misspelt variable", func() bool {
+		for _, l := range logLines(t, w.output.String()) {
+			if l["var"] != nil {
+				warned = l
+				return true
+			}
+		}
+		return false
+	})
+	w.stop(t)
+	if warned["var"] != "DTQ_CONCURRENCY" || warned["did_you_mean"] != "DTQ_WORKER_CONCURRENCY" || warned["level"] != "WARN" {
+		t.Fatalf("warning %v; want DTQ_CONCURRENCY, did you mean DTQ_WORKER_CONCURRENCY, at WARN", warned)
+	}
+	out := w.output.String()
+	for _, v := range []string{"misspelt-value-1", "observer-value-2", "DTQ_OBSERVER_TOKEN", "DTQ_SCALER_ADDR"} {
+		if strings.Contains(out, v) {
+			t.Errorf("the log holds %q:\n%s", v, out)
+		}
+	}
+}
+
+// No variable of the other dtq programs (the observer, the scaler, the CLI) reads as a
+// misspelling of a worker's: a shared environment raises no warning.
+func TestNoOtherProgramsVariableLooksMisspelt(t *testing.T) {
+	var environ []string
+	for _, vs := range [][]runtime.EnvVar{observer.EnvVars(), scaler.EnvVars(), clientEnv()} {
+		for _, v := range vs {
+			environ = append(environ, v.Name+"=x")
+		}
+	}
+	if m := envcfg.Misspelt(environ, "DTQ_", runtime.EnvVars()); len(m) > 0 {
+		t.Fatalf("other programs' variables read as the worker's misspelt: %+v", m)
 	}
 }
