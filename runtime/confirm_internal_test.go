@@ -178,3 +178,26 @@ func TestStaleClaimHandedBackIsNotStarted(t *testing.T) {
 		t.Fatalf("idle %v after the hand-back, want at least the visibility timeout %v", pending[0].Idle, s.w.cfg.VisibilityTimeout)
 	}
 }
+
+// An execution a heartbeat found lost while it waited for an executor (a peer took the
+// task over) is not started: its function is not called with a cancelled context, and
+// the worker lets it go.
+func TestLostBeforeItStartsIsNotStarted(t *testing.T) {
+	t.Parallel()
+	s := newStaleClaim(t, "a")
+	e := s.held(s.mine[0])
+	e.confirmed.Store(time.Now().UnixNano()) // not stale: no confirmation runs
+	if !e.lost() {
+		t.Fatal("lost() = false on a fresh execution")
+	}
+	s.w.execute(e)
+	if id, ran := s.ran(t); ran {
+		t.Fatalf("the function of %s ran after its task was found lost", id)
+	}
+	if s.w.hold.holds(e.queue, e.s.Band, e.s.Entry) {
+		t.Fatal("the lost execution is still held")
+	}
+	if !strings.Contains(s.logs.String(), "taken over by a peer before it started") {
+		t.Fatalf("no word of the task not started:\n%s", s.logs.String())
+	}
+}

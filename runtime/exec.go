@@ -302,7 +302,13 @@ func (w *Worker) execute(e *execution) {
 		tctx.cancelTask(ErrCancelled) // requested while the task waited for an executor
 	}
 	if e.lostReq.Load() {
-		tctx.cancelTask(ErrLost)
+		// a heartbeat found the task a peer's while it waited for an executor: its
+		// function is not called (its outcome would be fenced off), the entry is left to
+		// its new owner
+		tctx.release()
+		w.log.Warn("task: taken over by a peer before it started; not started", "queue", e.queue, "task", t.ID, "attempt", t.Attempt)
+		w.release(e)
+		return
 	}
 	began := time.Now()
 	res, err := call(tctx, e.fn.fn, t)
