@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sethvargo/go-envconfig"
 
 	"github.com/dtq/dtq/internal/keys"
-	"github.com/dtq/dtq/internal/redistest"
 	"github.com/dtq/dtq/internal/syncbuf"
 	"github.com/dtq/dtq/lua"
 )
@@ -29,26 +27,15 @@ type staleClaim struct {
 
 func newStaleClaim(t *testing.T, ids ...string) *staleClaim {
 	t.Helper()
-	srv := redistest.Shared(t)
-	rdb := srv.Client(t)
 	ctx := context.Background()
-	cfg, err := LoadConfig(ctx, envconfig.MapLookuper(map[string]string{
-		"DTQ_REDIS_URL": srv.URL(), "DTQ_KEY_PREFIX": redistest.Prefix(t),
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := &staleClaim{logs: &syncbuf.Buffer{}, called: make(chan string, len(ids)), at: time.Now()}
 	reg := NewRegistry()
 	reg.Register("f", func(_ context.Context, task *Task) ([]byte, error) {
 		s.called <- task.ID
 		return nil, nil
 	}, FuncOptions{})
-	s.w, err = New(Options{Config: cfg, Redis: rdb, Registry: reg, Logger: slog.New(slog.NewTextHandler(s.logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.w.events.Stop)
+	s.w = unstartedWorker(t, reg, slog.New(slog.NewTextHandler(s.logs, nil)))
+	rdb := s.w.rdb
 	q := s.w.queues[0]
 	tasks := make([]lua.NewTask, len(ids))
 	for i, id := range ids {

@@ -4,10 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/sethvargo/go-envconfig"
-
-	"github.com/dtq/dtq/internal/redistest"
 )
 
 // The idle read fails as a whole on a band of another type that no claim has named yet
@@ -15,20 +11,8 @@ import (
 // on, and does not fail the loop.
 func TestIdleReadLeavesOutAWrongTypeBand(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Shared(t)
-	rdb := srv.Client(t)
-	cfg, err := LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{
-		"DTQ_REDIS_URL": srv.URL(), "DTQ_KEY_PREFIX": redistest.Prefix(t), "DTQ_QUEUES": "qa",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := New(Options{Config: cfg, Redis: rdb, Registry: NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.poller.reader.Close()
-	defer w.events.Stop()
+	w := unstartedWorker(t, nil, nil, "DTQ_QUEUES", "qa")
+	rdb := w.rdb
 	q := w.queues[0]
 	ctx := context.Background()
 	if err := w.ensureGroups(ctx); err != nil {
@@ -59,18 +43,7 @@ func TestIdleReadLeavesOutAWrongTypeBand(t *testing.T) {
 // not.
 func TestReaperHoldsAfterItsOwnStall(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Shared(t)
-	cfg, err := LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{
-		"DTQ_REDIS_URL": srv.URL(), "DTQ_KEY_PREFIX": redistest.Prefix(t), "DTQ_VISIBILITY_TIMEOUT_S": "2", "DTQ_HEARTBEAT_INTERVAL_S": "0.5",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := New(Options{Config: cfg, Redis: srv.Client(t), Registry: NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.events.Stop()
+	w := unstartedWorker(t, nil, nil, "DTQ_VISIBILITY_TIMEOUT_S", "2", "DTQ_HEARTBEAT_INTERVAL_S", "0.5")
 	w.reaper.noteStall(100 * time.Millisecond)
 	if h := w.reaper.reclaimHold(); h > 0 {
 		t.Fatalf("hold %v after a 100 ms overrun, want none", h)

@@ -6,10 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sethvargo/go-envconfig"
 
 	"github.com/dtq/dtq/internal/keys"
-	"github.com/dtq/dtq/internal/redistest"
 	"github.com/dtq/dtq/lua"
 )
 
@@ -20,19 +18,8 @@ import (
 // for another visibility timeout.
 func TestHandBackWaitsForATouchPassInFlight(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Shared(t)
-	rdb := srv.Client(t)
-	cfg, err := LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{
-		"DTQ_REDIS_URL": srv.URL(), "DTQ_KEY_PREFIX": redistest.Prefix(t), "DTQ_VISIBILITY_TIMEOUT_S": "30",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := New(Options{Config: cfg, Redis: rdb, Registry: NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.events.Stop()
+	w := unstartedWorker(t, nil, nil, "DTQ_VISIBILITY_TIMEOUT_S", "30")
+	rdb, cfg := w.rdb, w.cfg
 	q := w.queues[0]
 	ctx := context.Background()
 	stream := q.Stream(0)

@@ -6,9 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sethvargo/go-envconfig"
-
-	"github.com/dtq/dtq/internal/redistest"
 	"github.com/dtq/dtq/internal/syncbuf"
 	"github.com/dtq/dtq/lua"
 )
@@ -18,20 +15,9 @@ import (
 // snapshot and its touch is no reclaim.
 func TestTouchWarnsOnlyOfTasksReallyLost(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Shared(t)
-	rdb := srv.Client(t)
-	cfg, err := LoadConfig(context.Background(), envconfig.MapLookuper(map[string]string{
-		"DTQ_REDIS_URL": srv.URL(), "DTQ_KEY_PREFIX": redistest.Prefix(t),
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var logs syncbuf.Buffer
-	w, err := New(Options{Config: cfg, Redis: rdb, Registry: NewRegistry(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.events.Stop()
+	w := unstartedWorker(t, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	rdb := w.rdb
 	q := w.queues[0]
 	ctx := context.Background()
 	for _, id := range []string{"done", "lost"} {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/dtq/dtq/internal/envcfg"
 )
 
 // unknownKey is the error of a metadata key the scaler does not know: it suggests the
@@ -30,21 +32,5 @@ func editDistance(a, b string) int {
 	if len(b) > 64 {
 		b = b[:64]
 	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return envcfg.EditDistance(a, b)
 }

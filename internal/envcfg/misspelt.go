@@ -51,7 +51,7 @@ func resembles(name, known, prefix string) bool {
 	if n == k {
 		return true // the right name in the wrong case
 	}
-	if edits(n, k, 2) <= 2 {
+	if d := len(n) - len(k); d >= -2 && d <= 2 && EditDistance(n, k) <= 2 {
 		return true
 	}
 	words := strings.FieldsFunc(n[len(prefix):], func(r rune) bool { return r == '_' })
@@ -67,11 +67,9 @@ func resembles(name, known, prefix string) bool {
 	return true
 }
 
-// edits is the Levenshtein distance of a and b, or more than limit when it exceeds it.
-func edits(a, b string, limit int) int {
-	if d := len(a) - len(b); d > limit || -d > limit {
-		return limit + 1
-	}
+// EditDistance is the Levenshtein distance of a and b (bytes): the fewest insertions,
+// deletions and substitutions that turn one into the other.
+func EditDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
