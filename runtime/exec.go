@@ -349,13 +349,8 @@ func (w *Worker) confirm(e *execution) bool {
 	if !w.hold.holds(e.queue, e.s.Band, e.s.Entry) {
 		return false // handed back by the drain
 	}
-	ctx, cancel := context.WithTimeout(w.pool.runCtx, max(time.Second, w.cfg.HeartbeatInterval))
-	defer cancel()
-	sent := w.now()
-	ok, err := lua.Touch.Run(ctx, w.rdb, lua.TouchArgs{Queue: w.byName[e.queue], Consumer: w.id, Items: []lua.Held{e.heldRef()}})
-	w.sawRedis(err)
+	ok, err := w.touchOwn(w.pool.runCtx, e.queue, []*execution{e})
 	if err != nil {
-		w.metrics.redisErrors.WithLabelValues("touch").Inc()
 		w.log.Warn("task: claimed long ago and its claim cannot be confirmed; started all the same",
 			"queue", e.queue, "task", e.s.ID, "attempt", e.s.Attempt, "claimed", e.claimed, "err", err)
 		return true
@@ -365,7 +360,6 @@ func (w *Worker) confirm(e *execution) bool {
 			"queue", e.queue, "task", e.s.ID, "attempt", e.s.Attempt, "claimed", e.claimed)
 		return false
 	}
-	e.confirmed.Store(sent.UnixNano())
 	if ok[0] == lua.StopRequested {
 		e.cancelRequested()
 	}

@@ -128,35 +128,49 @@ func (w *Worker) touchHeld(ctx context.Context) {
 		w.hold.afterSnapshot()
 	}
 	for name, es := range held {
-		hs := make([]lua.Held, len(es))
-		for i, e := range es {
-			hs[i] = e.heldRef()
-		}
-		tctx, cancel := context.WithTimeout(ctx, max(time.Second, w.cfg.HeartbeatInterval))
-		sent := w.now().UnixNano()
-		ok, err := lua.Touch.Run(tctx, w.rdb, lua.TouchArgs{Queue: w.byName[name], Consumer: w.id, IdleMS: 0, Handback: false, Items: hs})
-		cancel()
-		w.sawRedis(err)
+		ok, err := w.touchOwn(ctx, name, es)
 		if err != nil {
-			w.metrics.redisErrors.WithLabelValues("touch").Inc()
 			w.log.Warn("heartbeat: touch failed", "queue", name, "err", err)
 			continue
 		}
 		for i, e := range es {
-			if ok[i].Held() {
-				e.confirmed.Store(sent)
-			}
 			if ok[i] == lua.StopRequested && e.cancelRequested() {
-				w.log.Info("heartbeat: cancel requested; the task's context is cancelled", "queue", name, "task", hs[i].ID, "attempt", hs[i].Attempt)
+				w.log.Info("heartbeat: cancel requested; the task's context is cancelled", "queue", name, "task", e.s.ID, "attempt", e.s.Attempt)
 			}
 			// An execution whose outcome went to the completer since the snapshot is
 			// not "lost": its completion may have landed first. If it was reclaimed after
 			// all, the completion is fenced and says so.
 			if !ok[i].Held() && !e.recorded.Load() && e.lost() {
-				w.log.Warn("heartbeat: task no longer ours (reclaimed by a peer); its function is cancelled and its outcome will be fenced off", "queue", name, "task", hs[i].ID, "attempt", hs[i].Attempt)
+				w.log.Warn("heartbeat: task no longer ours (reclaimed by a peer); its function is cancelled and its outcome will be fenced off", "queue", name, "task", e.s.ID, "attempt", e.s.Attempt)
 			}
 		}
 	}
+}
+
+// touchOwn touches the entries of executions es of queue name with idle 0 (fenced, as
+// touchHeld's), bounded by the heartbeat interval (at least a second), and notes each
+// one still held as confirmed at the time the touch was sent. The caller holds the
+// touch pass.
+func (w *Worker) touchOwn(ctx context.Context, name string, es []*execution) ([]lua.Touched, error) {
+	hs := make([]lua.Held, len(es))
+	for i, e := range es {
+		hs[i] = e.heldRef()
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(time.Second, w.cfg.HeartbeatInterval))
+	defer cancel()
+	sent := w.now().UnixNano()
+	ok, err := lua.Touch.Run(ctx, w.rdb, lua.TouchArgs{Queue: w.byName[name], Consumer: w.id, IdleMS: 0, Handback: false, Items: hs})
+	w.sawRedis(err)
+	if err != nil {
+		w.metrics.redisErrors.WithLabelValues("touch").Inc()
+		return nil, err
+	}
+	for i, e := range es {
+		if ok[i].Held() {
+			e.confirmed.Store(sent)
+		}
+	}
+	return ok, nil
 }
 
 // final reports "stopped" (the drain's last write); the record expires after 3× the
