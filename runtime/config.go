@@ -82,10 +82,11 @@ type Config struct {
 	// Pprof serves net/http/pprof under /debug/pprof/ on PORT.
 	Pprof bool `env:"DTQ_PPROF, default=false" help:"serve /debug/pprof/ on PORT (profiling)"`
 	// HeapFloorMB: the worker keeps this many MiB of never-touched heap as a floor
-	// under its garbage collector's target (internal/heapfloor), set once, after the
-	// first fetch: a small live heap then collects an order of magnitude less often
-	// under load. Address space, not resident memory; at most an eighth of GOMEMLIMIT
-	// (0 = none).
+	// under its garbage collector's target (internal/heapfloor), set once, right after
+	// the process's first collection (a start that never allocates its way to one
+	// never collects): a small live heap then collects an order of magnitude less
+	// often under load. Address space, not resident memory; at most an eighth of
+	// GOMEMLIMIT (0 = none).
 	HeapFloorMB int `env:"DTQ_WORKER_HEAP_FLOOR_MB, default=32" unit:"MB" range:"0..1024" help:"MiB of untouched heap under the GC's target: fewer collections for a small heap (not resident; at most GOMEMLIMIT/8; 0 = none)"`
 	// Prefault: the dtq binary maps the pages its start touches in a few system calls
 	// where a page fault is slow (internal/prefault, read by its initialiser before this

@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childWorker())
 	}
+	if os.Getenv(floorChildEnv) != "" {
+		os.Exit(floorChild())
+	}
 	redistest.Main(m)
 }
 

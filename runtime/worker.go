@@ -254,8 +254,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	// "Started" means Redis answered: if that fetch failed, wait for its first reply.
 	answered := w.awaitRedis(ctx)
-	// after the first fetch, off the cold start's path (one mapping, nothing touched)
-	heapfloor.Keep(w.cfg.HeapFloorMB)
+	// The heap floor, at the process's first collection: placed now, its allocation
+	// would set one off by itself in every start (internal/heapfloor).
+	heapfloor.KeepAtFirstCollection(w.cfg.HeapFloorMB)
 	w.state.Store(stateRunning)
 	_ = w.heartbeat.Start(bg) // its first pass writes at once
 	_ = w.reaper.Start(bg)

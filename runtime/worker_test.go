@@ -16,7 +16,6 @@ import (
 
 	"github.com/dtq/dtq/client"
 	"github.com/dtq/dtq/function"
-	"github.com/dtq/dtq/internal/heapfloor"
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/runtime"
 )
@@ -512,17 +511,5 @@ func TestLeaderRenewsItsLockEveryThirdOfItsTTL(t *testing.T) {
 	}
 	if holder := e.rdb.Get(e.ctx, lock).Val(); holder != cfg.WorkerID {
 		t.Fatalf("lock held by %q, want %q", holder, cfg.WorkerID)
-	}
-}
-
-// A running worker keeps the heap floor DTQ_WORKER_HEAP_FLOOR_MB asks for (once a
-// process: every worker of this test binary asks for the default's 32 MiB).
-func TestWorkerKeepsItsHeapFloor(t *testing.T) {
-	e := setup(t)
-	rec := newRecorder()
-	startWorker(t, e.rdb, e.config(t, "DTQ_WORKER_HEAP_FLOOR_MB", "32"), nil, rec)
-	rec.wait(t, "worker started", is(runtime.EventWorkerStarted, ""))
-	if got := heapfloor.Kept(); got != 32 {
-		t.Fatalf("heap floor %d MiB once the worker started, want 32", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // resident is the process's resident set in bytes (/proc/self/statm).
@@ -86,6 +87,45 @@ func TestFloorUnderAMemoryLimit(t *testing.T) {
 		}
 		if want := "kept=" + strconv.Itoa(c.want) + "\n"; !strings.Contains(string(out), want) {
 			t.Errorf("GOMEMLIMIT=%q, Keep(64): want %q in the child's output:\n%s", c.limit, want, out)
+		}
+	}
+}
+
+// KeepAtFirstCollection places nothing until the collector runs, then the floor; with
+// 0 it arranges nothing. Checked in child processes (the floor is once per process)
+// with the collector off but for runtime.GC.
+func TestKeepAtFirstCollection(t *testing.T) {
+	if mib := os.Getenv("HEAPFLOOR_FIRST_CHILD"); mib != "" {
+		n, _ := strconv.Atoi(mib)
+		done := KeepAtFirstCollection(n)
+		waste := make([][]byte, 0, 16)
+		for range 16 {
+			waste = append(waste, make([]byte, 1<<20)) // 16 MiB, no collection: GOGC=off
+		}
+		runtime.KeepAlive(waste)
+		os.Stdout.WriteString("before=" + strconv.Itoa(Kept()) + "\n")
+		runtime.GC()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			os.Stdout.WriteString("never placed\n")
+			return
+		}
+		os.Stdout.WriteString("after=" + strconv.Itoa(Kept()) + "\n")
+		return
+	}
+	for _, c := range []struct{ mib, want string }{
+		{"64", "before=0\nafter=64\n"},
+		{"0", "before=0\nafter=0\n"},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestKeepAtFirstCollection$")
+		cmd.Env = append(os.Environ(), "HEAPFLOOR_FIRST_CHILD="+c.mib, "GOGC=off", "GOMEMLIMIT=")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), c.want) {
+			t.Errorf("KeepAtFirstCollection(%s): want %q in the child's output:\n%s", c.mib, c.want, out)
 		}
 	}
 }
