@@ -66,7 +66,7 @@ func runCeiling(ctx context.Context, e *benchEnv, o options) (ceilingResult, err
 				p := e.rdb.Pipeline()
 				var done *lua.Pending[[]lua.CompleteCode]
 				if len(prev) > 0 {
-					done = lua.Complete.Queue(ctx, p, lua.CompleteArgs{Queue: q, NowMS: time.Now().UnixMilli(), KeepMS: 86400000, Items: prev})
+					done = lua.Complete.Queue(ctx, p, lua.CompleteArgs{Queue: q, NowMS: time.Now().UnixMilli(), KeepMS: 86400000, Items: prev, Consumer: consumer})
 				}
 				claim := lua.Claim.Queue(ctx, p, lua.ClaimArgs{Queue: q, Consumer: consumer, NowMS: time.Now().UnixMilli(), Want: 32, MaxPayload: 1 << 20})
 				_, _ = p.Exec(ctx)

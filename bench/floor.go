@@ -195,7 +195,7 @@ func floorReader(ctx context.Context, prefix string, w io.Writer) error {
 		if _, err := fmt.Fprintln(w, at); err != nil {
 			return err
 		}
-		if _, err := lua.Complete.Run(ctx, rdb, lua.CompleteArgs{Queue: q, NowMS: time.Now().UnixMilli(), KeepMS: 86400000, Items: succeeded(started)}); err != nil {
+		if _, err := lua.Complete.Run(ctx, rdb, lua.CompleteArgs{Queue: q, NowMS: time.Now().UnixMilli(), KeepMS: 86400000, Items: succeeded(started), Consumer: "floor"}); err != nil {
 			return err
 		}
 	}

@@ -119,7 +119,7 @@ func runScripts(ctx context.Context, e *benchEnv, o options) (scriptsResult, err
 	}
 	if err := phase("complete", &r.CompleteRedisUs, &r.CompleteRedisInstr, func() error {
 		for _, items := range held {
-			applied, err := lua.Complete.Run(ctx, e.rdb, lua.CompleteArgs{Queue: q, NowMS: time.Now().UnixMilli(), KeepMS: 86400000, Items: items})
+			applied, err := lua.Complete.Run(ctx, e.rdb, lua.CompleteArgs{Queue: q, NowMS: time.Now().UnixMilli(), KeepMS: 86400000, Items: items, Consumer: "scripts"})
 			if err != nil {
 				return err
 			}

@@ -137,7 +137,7 @@ func waitStatus(ctx context.Context, c *client.Client, ids []string, status clie
 func succeeded(started []lua.Started) []lua.Completion {
 	items := make([]lua.Completion, len(started))
 	for i, s := range started {
-		items[i] = lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Unique: s.HasUnique, Outcome: lua.Succeeded, Slots: s.Slots}
+		items[i] = lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Unique: s.HasUnique, Outcome: lua.Succeeded, Slots: s.Slots, Epoch: s.Epoch}
 	}
 	return items
 }

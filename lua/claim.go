@@ -89,6 +89,10 @@ type Started struct {
 	// Slots: the concurrency-limit scopes ("q", "f:NAME", space separated) whose slot
 	// the task holds; "" none. Completion.Slots gives them back.
 	Slots string
+	// Epoch: the queue's fence epoch the claim that started the task replied
+	// (ClaimResult.Epoch); Completion.Epoch carries it. "" unknown (a hand-off read from
+	// the inbox outside a claim).
+	Epoch string
 }
 
 // Held is the execution's entry and attempt, as touch.lua fences them.
@@ -136,6 +140,9 @@ type ClaimResult struct {
 	// RecheckMS: entries set aside by a limit may start from this time (unix ms): the
 	// worker claims again then, as no new entry need wake it; 0: none waits.
 	RecheckMS int64
+	// Epoch: the queue's fence epoch when the call ended (claim.lua's top), at which
+	// every start of the reply was current; "" when the key holds no count.
+	Epoch string
 }
 
 func claimKV(a ClaimArgs) ([]string, []any, error) {
@@ -147,11 +154,11 @@ func claimKV(a ClaimArgs) ([]string, []any, error) {
 	if prev == "" {
 		prev = a.Call
 	}
-	ks := make([]string, 0, 23)
+	ks := make([]string, 0, 24)
 	ks = append(ks, q.Streams[:]...)
 	ks = append(ks, q.Paused(), q.TaskPrefix(), q.Dead(), q.Receipt(a.Call), q.Receipt(prev),
 		q.Waiting(), q.Inbox(a.Consumer), q.Left(a.Consumer), q.Handed(), q.Limits(), q.LimitPrefix(),
-		q.Waiters(), q.UniquePrefix())
+		q.Waiters(), q.UniquePrefix(), q.Epoch())
 	mode := "read"
 	if a.Reclaim {
 		mode = "reclaim"
@@ -260,7 +267,7 @@ func decodeStartedRow(row []any) (Started, error) {
 
 func decodeClaim(v []any) (ClaimResult, error) {
 	var r ClaimResult
-	if len(v) < 4 || len(v) > 8 { // 4 to 6: receipts written by earlier releases
+	if len(v) < 4 || len(v) > 9 { // 4 to 6: receipts written by earlier releases
 		return r, fmt.Errorf("claim: unexpected reply of %d elements", len(v))
 	}
 	list, _ := v[0].([]any)
@@ -318,6 +325,12 @@ func decodeClaim(v []any) (ClaimResult, error) {
 	}
 	if len(v) >= 8 {
 		r.ThrottledUntilMS, r.RecheckMS = num(v[6]), num(v[7])
+	}
+	if len(v) >= 9 {
+		r.Epoch = str(v[8])
+		for i := range r.Started {
+			r.Started[i].Epoch = r.Epoch
+		}
 	}
 	if len(v) >= 5 {
 		for _, row := range rows(v[4]) {

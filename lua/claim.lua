@@ -34,6 +34,11 @@
 -- KEYS[22]    waiters zset         PREFIX:{Q}:waiters (wait.lua): a task this call ends
 --             (killed, or cancelled by a reclaim) wakes its waiters as complete.lua does
 -- KEYS[23]    unique key prefix    PREFIX:{Q}:u: (+ unique key)
+-- KEYS[24]    fence epoch          PREFIX:{Q}:epoch: raised by one (GET, then SET: the
+--             documented ACL has no INCR) by a call that reclaims a running task, before
+--             the task's record changes (its old execution loses it while the entry
+--             stays pending); the reply's last value is the epoch after the call (see
+--             complete.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer (worker id)
 -- ARGV[3]  now ms
@@ -125,6 +130,10 @@
 --   throttled: 0, or (read mode) the time in ms before which the queue's limit starts nothing
 --   recheck:  0, or the time in ms when entries set aside by a limit may start: the
 --             caller looks again then (a blocking read would not wake for them)
+--   epoch:    the queue's fence epoch (KEYS[24]) when the call ended, as a string: "0"
+--             when the key is absent, "" when it holds no count (then no completion of
+--             these starts takes complete.lua's short path). Every start of the reply is
+--             current at this epoch.
 -- now stays a string: a Lua number passed to redis.call is formatted with snprintf.
 local group, consumer, now = ARGV[1], ARGV[2], ARGV[3]
 local mode, want, maxpayload = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -137,6 +146,14 @@ local prefix, deadkey = KEYS[12], KEYS[13]
 local keep = ARGV[#ARGV]
 -- locals, not globals, on the path every start takes: each use of a global is a lookup
 local rcall, rpcall, keys, find = redis.call, redis.pcall, KEYS, string.find
+
+-- epoch_of reads the fence epoch as the reply carries it (see the top): v the reply of a
+-- GET of KEYS[24]. A count has at most 15 digits, so that Lua's numbers raise it exactly.
+local function epoch_of(v)
+  if v == false then return "0" end
+  if type(v) == "string" and #v <= 15 and string.match(v, "^%d+$") then return v end
+  return "" -- another type, or not a count: no short path, and nothing raises it
+end
 
 -- A receipt keeps, for each start, its entry, band, task id, attempt, how and slots, not
 -- the whole started row: packing every row with its payload cost more than the start
@@ -242,6 +259,11 @@ if receipt then
     end
   end
   out[1] = started
+  -- a receipt of an earlier release may hold fewer values: the epoch comes last
+  if not out[5] then out[5] = {} end
+  if not out[6] then out[6] = {} end
+  out[7], out[8] = out[7] or 0, out[8] or 0
+  out[9] = epoch_of(rpcall("GET", KEYS[24]))
   return out
 end
 if KEYS[15] ~= KEYS[14] then
@@ -272,6 +294,23 @@ do
 end
 
 local absorbed, invalid, returned, broken = {}, {}, {}, {}
+-- the fence epoch this call raised KEYS[24] to (see the top), once it reclaims a running
+-- task; false before
+local bumped = false
+
+-- bump raises the fence epoch, once a call: a key of another type, or not holding a
+-- count, is left as it is (every claim replies "" for it, so nothing takes the short
+-- path); SET through redis.call, so that a failure stops the call before the record of
+-- the task being reclaimed changes
+local function bump()
+  if bumped then return end
+  local e = epoch_of(rpcall("GET", KEYS[24]))
+  if e ~= "" then
+    e = string.format("%d", tonumber(e) + 1)
+    rcall("SET", KEYS[24], e)
+  end
+  bumped = e
+end
 -- false once a start's task id holds a brace: its receipt is not text (see the top)
 local textreceipt = true
 -- the entries the caller runs now, "band entry": a reclaim leaves them to it (its process
@@ -553,6 +592,9 @@ local function take(band, eid, fields, reclaiming)
       ended(id, limits and spec_fn(spec), "cancelled")
       return
     end
+    -- the silent worker's execution is fenced off with its entry still pending: its
+    -- completion must not take complete.lua's short path
+    bump()
     if hc[1] ~= tostring(attempt) then
       failures = failures + 1
       redis.call("HSET", h, "failures", failures)
@@ -892,7 +934,9 @@ if limits then
   end
 end
 
-local out = {started, absorbed, invalid, paused, returned, broken, throttled, recheck}
+local epoch = bumped
+if not epoch then epoch = epoch_of(rpcall("GET", KEYS[24])) end
+local out = {started, absorbed, invalid, paused, returned, broken, throttled, recheck, epoch}
 if #started + #absorbed + #invalid + #returned > 0 then
   -- the starts as the top says: text, their heads; else RECEIPT_STRIDE values a start
   local kept

@@ -26,6 +26,10 @@ type CompleteArgs struct {
 	NowMS  int64
 	KeepMS int64
 	Items  []Completion
+	// Consumer: the worker recording them (its consumer name in the streams' group).
+	// complete.lua's short path gives it back an entry it acked for a record it then
+	// found gone.
+	Consumer string
 }
 
 // Outcome is how an execution ended.
@@ -55,6 +59,10 @@ type Completion struct {
 	Text    string // result on success, error otherwise
 	RetryMS int64  // when to run again (Retry)
 	Slots   string // the concurrency slots the execution holds (Started.Slots), given back when applied
+	// Epoch: the fence epoch of the claim that started the execution (Started.Epoch).
+	// A call whose items all carry the epoch the queue still holds records its plain
+	// successes without reading their records (complete.lua's short path); "" never.
+	Epoch string
 }
 
 // CompleteCode is what complete.lua did with one completion.
@@ -71,10 +79,10 @@ func completeKV(a CompleteArgs) ([]string, []any, error) {
 	q := a.Queue
 	hour, processed, failed := keys.ThroughputFields(a.NowMS)
 	ks := []string{q.Schedule(), q.Dead(), q.Throughput(hour), q.Succeeded(), q.Retrying(),
-		q.Waiters(), q.LimitPrefix() + "run:", q.TaskPrefix(), q.StreamPrefix(), q.UniquePrefix()}
-	args := make([]any, 0, 8+3*len(a.Items)+5*len(a.Items))
+		q.Waiters(), q.LimitPrefix() + "run:", q.TaskPrefix(), q.StreamPrefix(), q.UniquePrefix(), q.Epoch()}
+	args := make([]any, 0, 10+3*len(a.Items)+5*len(a.Items))
 	args = append(args, keys.Group, a.NowMS, a.KeepMS, len(a.Items), processed, failed,
-		ThroughputTTL.Milliseconds(), SucceededKept)
+		ThroughputTTL.Milliseconds(), SucceededKept, batchEpoch(a.Items), a.Consumer)
 	// the items in groups of one band each (see completeOrder): the band, its count of
 	// plain successes and of the others, then the plain ones in three values each, the
 	// others in five
@@ -111,6 +119,21 @@ func completeKV(a CompleteArgs) ([]string, []any, error) {
 		i = j
 	}
 	return ks, args, nil
+}
+
+// batchEpoch is the fence epoch every item carries, or "" when they do not carry one
+// and the same (complete.lua's ARGV[9]).
+func batchEpoch(items []Completion) string {
+	if len(items) == 0 {
+		return ""
+	}
+	e := items[0].Epoch
+	for _, it := range items[1:] {
+		if it.Epoch != e {
+			return ""
+		}
+	}
+	return e
 }
 
 // plain reports whether the completion is a plain success: succeeded, no result, no

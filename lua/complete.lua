@@ -17,6 +17,7 @@
 -- KEYS[8]  task key prefix   PREFIX:{Q}:t:  (+ id: the task's hash)
 -- KEYS[9]  band stream prefix PREFIX:{Q}:p  (+ band: the stream of the entries)
 -- KEYS[10] unique key prefix PREFIX:{Q}:u:  (+ unique key)
+-- KEYS[11] fence epoch       PREFIX:{Q}:epoch (claim.lua): read once a call
 -- The keys of each item are built here from these prefixes, in the slot of the {Q} hash
 -- tag like every KEY: passed one by one, three keys an item cost Redis more than the
 -- item's HSET.
@@ -28,6 +29,10 @@
 -- ARGV[6]  throughput field of now's minute counting failed attempts ("f" .. minute)
 -- ARGV[7]  lifetime ms of a throughput hash after its newest minute
 -- ARGV[8]  succeeded tasks the succeeded list keeps, about (the newest)
+-- ARGV[9]  the fence epoch the claims that started every item replied (claim.lua's
+--          last value), "" when not one for all: the short path below
+-- ARGV[10] consumer (the worker's id), to whom the short path gives back an entry it
+--          acked for a record it then found gone
 -- then the items, in groups of one band each: the band (0..9), the group's count of plain
 -- successes p and of other items m; then the p plain successes (succeeded, no result, no
 -- unique key, no slots: the usual completion), 3 values each: task id, entry id, attempt
@@ -58,6 +63,20 @@
 -- These are bookkeeping for observers: a key of another type there is skipped, never
 -- a reason to refuse an outcome. A retry is also filed in the retrying zset (removed again by
 -- sched_enqueue.lua, cancel.lua and run_now.lua), so that retries are counted by ZCARD.
+--
+-- The short path: a band's plain successes are recorded without reading their records
+-- when the queue's fence epoch (KEYS[11]) is still the one their claims replied
+-- (ARGV[9]) and one XACK of their entries, made first, acks every one of them. A script
+-- that takes a running task from its execution either acks the execution's entry (a
+-- completion, an absorbed duplicate, a kill, a rescue) or, when the entry stays
+-- pending (a reclaim), raises the epoch: with the epoch unchanged since the claims and
+-- every entry still pending, each execution is still its task's current one. A
+-- resent call (its first run acked the entries) and a batch after a reclaim take the
+-- long path, item by item, as before. The HSET's reply still tells a record that is gone
+-- (2 fields added) or of another type (WRONGTYPE): that item is answered 0 and its entry
+-- given back to ARGV[10] as pending (XCLAIM … FORCE), for a reclaim to make it a dead
+-- record as the long path leaves it; any other refusal fails the call once every entry
+-- acked and not recorded is pending again.
 --
 -- Finished entries are XACKed and removed from the stream (XDEL, or XTRIM MINID below the
 -- oldest pending entry), so a band's XLEN stays its undelivered plus in-flight work.
@@ -109,9 +128,10 @@ local function ended(id, status)
   end
 end
 
--- finish removes a band's finished entries ids (XACKed first) from its stream.
-local function finish(stream, ids)
-  redis.call("XACK", stream, group, unpack(ids))
+-- finish removes a band's finished entries ids from its stream, XACKing those of them
+-- in acks first (nacks of them; the short path acked the others already).
+local function finish(stream, ids, acks, nacks)
+  if nacks > 0 then redis.call("XACK", stream, group, unpack(acks)) end
   -- A group delivers in id order, so every entry older than the oldest pending one was
   -- delivered and is finished: XTRIM MINID drops those node by node, far cheaper than
   -- seeking each one for XDEL. Finished entries at or after the oldest pending one are
@@ -158,15 +178,69 @@ local out, nout = {}, 0
 local applied, failed, succ, nsucc = 0, 0, {}, 0
 -- locals, not globals: each use of ARGV or redis would be a lookup in the globals
 local argv, call, pcall_ = ARGV, redis.call, redis.pcall
-local at, last = 9, #argv
+-- the short path (see the top): the epoch is still the claims'
+local short = false
+if argv[9] ~= "" then
+  local ep = pcall_("GET", KEYS[11])
+  if ep == false then ep = "0" end
+  short = ep == argv[9]
+end
+local consumer = argv[10]
+local at, last = 11, #argv
 while at < last do
   local stream, p, m = streamprefix .. argv[at], tonumber(argv[at + 1]), tonumber(argv[at + 2])
   at = at + 3
-  -- the group's applied entries: one XACK for them all, not one per entry
-  local done, ndone = {}, 0
-  -- plain successes: the success branch below, written out (a function call would cost
-  -- each ~0.6k instructions)
-  for _ = 1, p do
+  -- the group's applied entries, removed from the stream at the end, and those of them
+  -- still to XACK: one XACK for them all, not one per entry
+  local done, ndone, acks, nacks = {}, 0, {}, 0
+  -- the short path: every plain success's entry acked here, by one XACK
+  local acked = false
+  if short and p > 0 then
+    local eids = {}
+    for k = 1, p do eids[k] = argv[at + 3 * k - 2] end
+    acked = call("XACK", stream, group, unpack(eids)) == p
+  end
+  if acked then
+    for k = 0, p - 1 do
+      local id, eid = argv[at + 3 * k], argv[at + 3 * k + 1]
+      local h = taskprefix .. id
+      local r = pcall_("HSET", h, "status", "succeeded", "finished_at", now)
+      nout = nout + 1
+      if r == 0 or r == 1 then
+        if keep ~= "0" and (not expat or pcall_("PEXPIREAT", h, expat) ~= 1) then
+          expat = false
+          call("PEXPIRE", h, keep)
+        end
+        nsucc = nsucc + 1
+        succ[nsucc] = id
+        if waited then ended(id, "succeeded") end
+        applied = applied + 1
+        ndone = ndone + 1
+        done[ndone] = eid
+      else
+        -- the record is gone (the HSET made one of the two fields: they go again, and
+        -- with them the key; a hash holding other fields but no status keeps them) or of
+        -- another type: not this execution's; its entry pending again, as the long path
+        -- leaves it
+        if r == 2 then call("HDEL", h, "status", "finished_at") end
+        call("XCLAIM", stream, group, consumer, 0, eid, "FORCE", "JUSTID")
+        if type(r) == "table" and not string.find(r.err, "WRONGTYPE", 1, true) then
+          -- any other refusal fails the call, as the long path's HSET would, once the
+          -- entries of the items not recorded are pending again: the worker sends the
+          -- call again, and its long path records them
+          for j = k + 1, p - 1 do
+            call("XCLAIM", stream, group, consumer, 0, argv[at + 3 * j + 1], "FORCE", "JUSTID")
+          end
+          return redis.error_reply(r.err)
+        end
+        out[nout] = 0
+      end
+    end
+    at = at + 3 * p
+  end
+  -- plain successes on the long path: the success branch below, written out (a function
+  -- call would cost each ~0.6k instructions)
+  for _ = 1, acked and 0 or p do
     local id, eid, attempt = argv[at], argv[at + 1], argv[at + 2]
     at = at + 3
     local h = taskprefix .. id
@@ -184,6 +258,8 @@ while at < last do
       applied = applied + 1
       ndone = ndone + 1
       done[ndone] = eid
+      nacks = nacks + 1
+      acks[nacks] = eid
     else
       out[nout] = 0
     end
@@ -289,9 +365,11 @@ while at < last do
       end
       ndone = ndone + 1
       done[ndone] = eid
+      nacks = nacks + 1
+      acks[nacks] = eid
     end
   end
-  if ndone > 0 then finish(stream, done) end
+  if ndone > 0 then finish(stream, done, acks, nacks) end
 end
 if applied > 0 then
   -- The hour's hash gets its lifetime when a minute's first completion creates the

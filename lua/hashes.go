@@ -9,9 +9,9 @@ func hashOf(name string) string {
 	case "cancel.lua":
 		return "c05b68d0c28215d2eeb71bc021c9c07d42011599"
 	case "claim.lua":
-		return "35f5d010340c19c3f4560578968338d8cb43d74e"
+		return "15fccfdb9b61f58a3245fe15de47eed94cbce9c5"
 	case "complete.lua":
-		return "222d5e9241215b293f52713501d7c60f54f9683d"
+		return "ab344fed84fae4c970c12d114bb772121fee73d3"
 	case "cron_advance.lua":
 		return "cb2c95572a740e00d7a50863caf4f6b0913f86fd"
 	case "dead_delete.lua":

@@ -50,7 +50,7 @@ func TestClaimReadsRecordsWithoutSpec(t *testing.T) {
 			}
 			for _, s := range first.Started {
 				want := lua.Started{Entry: s.Entry, Band: 3, ID: s.ID, Attempt: 1, Function: "send mail",
-					Payload: "p-" + s.ID, TimeoutMS: 1234, MaxRetries: 7, CreatedMS: f.now, HasUnique: true, Slots: slots}
+					Payload: "p-" + s.ID, TimeoutMS: 1234, MaxRetries: 7, CreatedMS: f.now, HasUnique: true, Slots: slots, Epoch: "0"}
 				if s != want {
 					t.Fatalf("started %+v, want %+v", s, want)
 				}

@@ -81,7 +81,7 @@ func (w *Worker) completeBatch(batch []*execution) {
 		items := make([]lua.Completion, len(list))
 		for i, e := range list {
 			items[i] = lua.Completion{ID: e.s.ID, Entry: e.s.Entry, Band: e.s.Band, Attempt: e.s.Attempt,
-				Unique: e.s.HasUnique, Outcome: e.outcome, Text: e.text, RetryMS: e.retryAt, Slots: e.s.Slots}
+				Unique: e.s.HasUnique, Outcome: e.outcome, Text: e.text, RetryMS: e.retryAt, Slots: e.s.Slots, Epoch: e.s.Epoch}
 		}
 		q := w.byName[name]
 		codes := w.completeWithRetry(q, items)
@@ -117,7 +117,7 @@ func (w *Worker) completeWithRetry(q keys.Queue, items []lua.Completion) []lua.C
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		codes, err := lua.Complete.Run(ctx, w.rdb, lua.CompleteArgs{Queue: q, NowMS: w.now().UnixMilli(), KeepMS: w.keepMS, Items: items})
+		codes, err := lua.Complete.Run(ctx, w.rdb, lua.CompleteArgs{Queue: q, NowMS: w.now().UnixMilli(), KeepMS: w.keepMS, Items: items, Consumer: w.id})
 		cancel()
 		w.sawRedis(err)
 		if err == nil {

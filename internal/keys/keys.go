@@ -225,6 +225,12 @@ func (q Queue) Left(worker string) string { return q.base + "left:" + worker }
 // InboxPrefix is the prefix of inbox streams.
 func (q Queue) InboxPrefix() string { return q.base + "in:" }
 
+// Epoch is the queue's fence epoch, a count: claim.lua raises it by one when it reclaims a
+// running task (the old execution loses the task while its entry stays pending), and
+// complete.lua records a batch of plain successes without reading their records while
+// it still holds the value the claims that started them replied (docs/reliability.md).
+func (q Queue) Epoch() string { return q.base + "epoch" }
+
 // Paused is present while the queue is paused.
 func (q Queue) Paused() string { return q.base + "paused" }
 
