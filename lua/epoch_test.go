@@ -24,6 +24,26 @@ func plainDone(ss ...lua.Started) []lua.Completion {
 	return out
 }
 
+// setupOwnServer is setup on a redis-server of the test's own, for counts the server
+// keeps for all its clients (INFO commandstats) or its ACL.
+func setupOwnServer(t *testing.T) (*fixture, *redistest.Server) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	f := setup(t)
+	f.rdb = srv.Client(t)
+	return f, srv
+}
+
+// pendingEntries lists band's pending entries (at most 10).
+func (f *fixture) pendingEntries(t *testing.T, band int) []redis.XPendingExt {
+	t.Helper()
+	ps, err := f.rdb.XPendingExt(f.ctx, &redis.XPendingExtArgs{Stream: f.q.Stream(band), Group: keys.Group, Start: "-", End: "+", Count: 10}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
 func (f *fixture) completeAs(t *testing.T, consumer string, items []lua.Completion) []lua.CompleteCode {
 	t.Helper()
 	codes, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, KeepMS: 60_000,
@@ -56,9 +76,7 @@ func commandCalls(t *testing.T, rdb *redis.Client, cmd string) int64 {
 // say succeeded, expire, and the stream keeps nothing.
 func TestCompleteShortPathReadsNoRecord(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	f := setup(t)
-	f.rdb = srv.Client(t)
+	f, _ := setupOwnServer(t)
 	for i := range 6 {
 		f.enqueue(t, lua.NewTask{ID: "s" + strconv.Itoa(i), Priority: i % 2 * 5})
 	}
@@ -140,9 +158,9 @@ func TestReclaimRaisesEpochAndFencesTheOldExecution(t *testing.T) {
 	if st, w := f.field(t, taken, "status"), f.field(t, taken, "worker"); st != "running" || w != "peer" {
 		t.Fatalf("reclaimed %s: status %q worker %q, want running for peer", taken, st, w)
 	}
-	ps, err := f.rdb.XPendingExt(f.ctx, &redis.XPendingExtArgs{Stream: f.q.Stream(3), Group: keys.Group, Start: "-", End: "+", Count: 10}).Result()
-	if err != nil || len(ps) != 1 || ps[0].ID != rec.Started[0].Entry || ps[0].Consumer != "peer" {
-		t.Fatalf("pending = %+v, %v; want the reclaimed entry, for peer", ps, err)
+	ps := f.pendingEntries(t, 3)
+	if len(ps) != 1 || ps[0].ID != rec.Started[0].Entry || ps[0].Consumer != "peer" {
+		t.Fatalf("pending = %+v; want the reclaimed entry, for peer", ps)
 	}
 	if rec.Epoch != "1" || rec.Started[0].Epoch != "1" {
 		t.Fatalf("reclaim replied epoch %q, want \"1\"", rec.Epoch)
@@ -166,9 +184,7 @@ func TestReclaimRaisesEpochAndFencesTheOldExecution(t *testing.T) {
 // all take the long path: each record read, each fence checked.
 func TestCompleteLongPathWhenEpochsDiffer(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	f := setup(t)
-	f.rdb = srv.Client(t)
+	f, _ := setupOwnServer(t)
 	for i := range 8 {
 		f.enqueue(t, lua.NewTask{ID: "e" + strconv.Itoa(i)})
 	}
@@ -226,9 +242,9 @@ func TestCompleteShortPathRecordGoneOrClobbered(t *testing.T) {
 	if v := f.rdb.Get(f.ctx, f.q.Task("clobbered")).Val(); v != "x" {
 		t.Fatalf("clobbered key = %q", v)
 	}
-	ps, err := f.rdb.XPendingExt(f.ctx, &redis.XPendingExtArgs{Stream: f.q.Stream(0), Group: keys.Group, Start: "-", End: "+", Count: 10}).Result()
-	if err != nil || len(ps) != 2 || ps[0].Consumer != "w" || ps[1].Consumer != "w" {
-		t.Fatalf("pending = %+v, %v; want the two entries, for w", ps, err)
+	ps := f.pendingEntries(t, 0)
+	if len(ps) != 2 || ps[0].Consumer != "w" || ps[1].Consumer != "w" {
+		t.Fatalf("pending = %+v; want the two entries, for w", ps)
 	}
 	idleAll(t, f, 0, "w", 60_000)
 	r, err := f.claimErr(t, lua.ClaimArgs{Consumer: "peer", Reclaim: true, Want: 10, MinIdleMS: 30_000})
@@ -284,9 +300,7 @@ func TestEpochKeyOfAnotherType(t *testing.T) {
 // allowed to write, takes the long path and records every item.
 func TestCompleteShortPathRefusedWriteFailsTheCall(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	f := setup(t)
-	f.rdb = srv.Client(t)
+	f, srv := setupOwnServer(t)
 	if err := f.rdb.Do(f.ctx, "ACL", "SETUSER", "nohset", "on", "nopass", "~*", "&*", "+@all", "-hset").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -301,9 +315,9 @@ func TestCompleteShortPathRefusedWriteFailsTheCall(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "can't run this command") {
 		t.Fatalf("complete without HSET: %v, want the refusal", err)
 	}
-	ps, err := f.rdb.XPendingExt(f.ctx, &redis.XPendingExtArgs{Stream: f.q.Stream(0), Group: keys.Group, Start: "-", End: "+", Count: 10}).Result()
-	if err != nil || len(ps) != 3 {
-		t.Fatalf("pending = %+v, %v; want the three entries again", ps, err)
+	ps := f.pendingEntries(t, 0)
+	if len(ps) != 3 {
+		t.Fatalf("pending = %+v; want the three entries again", ps)
 	}
 	for _, p := range ps {
 		if p.Consumer != "w" {

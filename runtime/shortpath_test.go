@@ -19,7 +19,6 @@ import (
 // whose line ends with each suffix (case-insensitive); count reads up to a marker sent
 // after everything else, so the counts are whole.
 type monitor struct {
-	conn  net.Conn
 	lines chan string
 }
 
@@ -30,7 +29,7 @@ func startMonitor(t *testing.T, addr string) *monitor {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	m := &monitor{conn: conn, lines: make(chan string, 1<<16)}
+	m := &monitor{lines: make(chan string, 1<<16)}
 	r := bufio.NewReader(conn)
 	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
 		t.Fatal(err)

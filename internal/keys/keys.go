@@ -228,7 +228,7 @@ func (q Queue) InboxPrefix() string { return q.base + "in:" }
 // Epoch is the queue's fence epoch, a count: claim.lua raises it by one when it reclaims a
 // running task (the old execution loses the task while its entry stays pending), and
 // complete.lua records a batch of plain successes without reading their records while
-// it still holds the value the claims that started them replied (docs/reliability.md).
+// it still holds the value the claims that started them replied (docs/design.md, invariant 3).
 func (q Queue) Epoch() string { return q.base + "epoch" }
 
 // Paused is present while the queue is paused.
