@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/internal/redistest"
 	"github.com/dtq/dtq/lua"
 )
@@ -32,16 +31,6 @@ func setupOwnServer(t *testing.T) (*fixture, *redistest.Server) {
 	f := setup(t)
 	f.rdb = srv.Client(t)
 	return f, srv
-}
-
-// pendingEntries lists band's pending entries (at most 10).
-func (f *fixture) pendingEntries(t *testing.T, band int) []redis.XPendingExt {
-	t.Helper()
-	ps, err := f.rdb.XPendingExt(f.ctx, &redis.XPendingExtArgs{Stream: f.q.Stream(band), Group: keys.Group, Start: "-", End: "+", Count: 10}).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ps
 }
 
 func (f *fixture) completeAs(t *testing.T, consumer string, items []lua.Completion) []lua.CompleteCode {

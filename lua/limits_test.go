@@ -423,7 +423,7 @@ func TestSetAsideEntriesDoNotStarveTheReclaim(t *testing.T) {
 	}
 	// every pending entry idle a minute, its owner unchanged (the worker's, "~limited")
 	for _, band := range []int{0, 9} {
-		for _, p := range f.rdb.XPendingExt(f.ctx, &redis.XPendingExtArgs{Stream: f.q.Stream(band), Group: keys.Group, Start: "-", End: "+", Count: 100}).Val() {
+		for _, p := range f.pendingEntries(t, band) {
 			if err := f.rdb.Do(f.ctx, "XCLAIM", f.q.Stream(band), keys.Group, p.Consumer, 0, p.ID, "IDLE", 60_000, "JUSTID").Err(); err != nil {
 				t.Fatal(err)
 			}

@@ -257,13 +257,19 @@ func TestClaimAbsorbsStaleEntry(t *testing.T) {
 	}
 }
 
-func idleAll(t *testing.T, f *fixture, band int, consumer string, idleMS int64) {
+// pendingEntries lists band's pending entries (at most 100).
+func (f *fixture) pendingEntries(t *testing.T, band int) []redis.XPendingExt {
 	t.Helper()
 	ps, err := f.rdb.XPendingExt(f.ctx, &redis.XPendingExtArgs{Stream: f.q.Stream(band), Group: keys.Group, Start: "-", End: "+", Count: 100}).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range ps {
+	return ps
+}
+
+func idleAll(t *testing.T, f *fixture, band int, consumer string, idleMS int64) {
+	t.Helper()
+	for _, p := range f.pendingEntries(t, band) {
 		if err := f.rdb.Do(f.ctx, "XCLAIM", f.q.Stream(band), keys.Group, consumer, 0, p.ID, "IDLE", idleMS, "JUSTID").Err(); err != nil {
 			t.Fatal(err)
 		}
