@@ -51,6 +51,11 @@ type Config struct {
 	// PollBlock: longest blocking read while idle; new work wakes it at once and
 	// SIGTERM unblocks it, so this only bounds idle round trips.
 	PollBlock time.Duration `env:"DTQ_POLL_BLOCK_MS, default=30000" unit:"ms" range:"1..60000" help:"longest idle blocking read (new work and SIGTERM end it at once)"`
+	// PollLanes: claim loops on a busy queue. With 2, while a queue's claims come back
+	// full, a second claim is in Redis while the worker takes in the first's reply (a
+	// remote Redis's round trip no longer caps a worker at 32 tasks a round trip); 1:
+	// one claim at a time.
+	PollLanes int `env:"DTQ_POLL_LANES, default=2" range:"1..2" help:"claims in flight on a busy queue (2: a second beside the first; 1: one at a time)"`
 	// SchedulerInterval: the time between scheduler passes (plus up to a fifth, at random).
 	SchedulerInterval time.Duration `env:"DTQ_SCHEDULER_INTERVAL_S, default=1" unit:"s" range:"0.01..60" help:"seconds between scheduler passes (plus up to a fifth, at random)"`
 	// SchedulerLockTTL: the leader lock's lifetime; renewed once a third of it has passed.

@@ -48,7 +48,7 @@
 //
 // The services and the other mechanisms, each in its file:
 //
-//   - poller (poller.go): capacity = concurrency − in flight (within
+//   - poller (poller.go): capacity = concurrency − in flight − asked for (within
 //     DTQ_WORKER_MAX_TASKS); for each queue in order, claim.lua reads up to
 //     min(remaining, 32) new entries across bands p9 → p0 and starts them; paused queues
 //     are skipped; the claim registers the worker for hand-offs on the queues its idle
@@ -57,6 +57,12 @@
 //     stream missing its group creates the groups. Its claim calls carry receipts
 //     (receipts.go). Started tasks go to a fixed pool of DTQ_WORKER_CONCURRENCY executor
 //     goroutines (exec.go): the design's semaphore, without a goroutine per task.
+//     The busy path has a second claim loop, the lane (lane.go): while a queue's claims
+//     come back full and at least 16 slots are free, the lane's claims on it run in
+//     Redis beside the loop's; each claim holds the slots it asks for until its reply
+//     is in (concurrency − in flight − asked for), so the two never start more than
+//     the concurrency. The loop holds the lane off before it blocks or takes back a
+//     lost read, and sends again a lane call whose reply was lost (its receipt).
 //   - reaper (reaper.go): every max(0.5 s, visibility/2), jittered, claim.lua in reclaim
 //     mode XAUTOCLAIMs entries idle past the visibility timeout on every band, at most
 //     concurrency×2 per pass, and starts them as reclaimed executions. After an outage

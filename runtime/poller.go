@@ -8,6 +8,7 @@ import (
 	goruntime "runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,19 +48,31 @@ type poller struct {
 	// next claim on the queue takes the inbox rows it may have been delivered (Reread)
 	reread []bool
 
+	lane *lane // the second claim loop of the busy path (lane.go)
+	// claiming counts the tasks asked for by the claims in flight (the loop's and the
+	// lane's): they are slots taken until the replies are in
+	claiming atomic.Int64
+
 	fetched     chan struct{} // closed when the loop's first fetch returned
 	fetchedOnce sync.Once
 }
 
 func newPoller(w *Worker) *poller {
-	return &poller{w: w, calls: w.newCalls(), faults: w.newFaults("poll"), reader: blockread.New(w.rdb, blockread.Options{}),
+	p := &poller{w: w, calls: w.newCalls(), faults: w.newFaults("poll"), reader: blockread.New(w.rdb, blockread.Options{}),
 		paused: make([]bool, len(w.queues)), reread: make([]bool, len(w.queues)), throttled: make([]int64, len(w.queues)), recheck: make([]int64, len(w.queues)),
 		fetched: make(chan struct{})}
+	p.lane = newLane(p)
+	return p
 }
 
 // Start begins polling.
 func (p *poller) Start(ctx context.Context) error {
-	p.Go(ctx, func(ctx context.Context) { service.Supervise(ctx, "poll", p.w.log, p.w.restarted("poll"), p.loop) })
+	p.Go(ctx, func(ctx context.Context) {
+		var lane sync.WaitGroup
+		lane.Go(func() { p.lane.run(ctx) }) // ends with ctx, like the loop
+		service.Supervise(ctx, "poll", p.w.log, p.w.restarted("poll"), p.loop)
+		lane.Wait()
+	})
 	return nil
 }
 
@@ -81,6 +94,7 @@ func (p *poller) loop(ctx context.Context) error {
 			return nil
 		}
 		if p.lost != nil && capacity > 0 {
+			p.quiesce(ctx)
 			if err := p.retake(ctx, capacity); err != nil {
 				return err
 			}
@@ -114,6 +128,10 @@ func (p *poller) loop(ctx context.Context) error {
 			<-ctx.Done()
 			return nil
 		}
+		p.quiesce(ctx)
+		if capacity, ok = p.capacity(ctx); !ok || capacity <= 0 {
+			continue // the lane's last claims took the slots
+		}
 		if err := p.block(ctx, capacity); err != nil {
 			return err
 		}
@@ -126,17 +144,31 @@ func (p *poller) loop(ctx context.Context) error {
 // stops by itself and the loop waits for its end).
 func (p *poller) capacity(ctx context.Context) (int64, bool) {
 	w := p.w
-	capacity := int64(w.cfg.Concurrency) - w.hold.inflight.Load()
-	if w.cfg.MaxTasks > 0 {
-		left := w.cfg.MaxTasks - w.hold.begun.Load()
-		if left <= 0 {
-			w.stopSelf("DTQ_WORKER_MAX_TASKS reached")
-			<-ctx.Done()
-			return 0, false
-		}
-		capacity = min(capacity, left)
+	if w.cfg.MaxTasks > 0 && w.cfg.MaxTasks-w.hold.begun.Load() <= 0 {
+		w.stopSelf("DTQ_WORKER_MAX_TASKS reached")
+		<-ctx.Done()
+		return 0, false
 	}
-	return capacity, true
+	return p.room(), true
+}
+
+// room is how many more tasks a claim may ask for now: concurrency − in flight −
+// asked for by the claims on their way, within what DTQ_WORKER_MAX_TASKS leaves.
+func (p *poller) room() int64 {
+	w := p.w
+	claiming := p.claiming.Load()
+	room := int64(w.cfg.Concurrency) - w.hold.inflight.Load() - claiming
+	if w.cfg.MaxTasks > 0 {
+		room = min(room, w.cfg.MaxTasks-w.hold.begun.Load()-claiming)
+	}
+	return room
+}
+
+// quiesce holds the lane off and sends again what its unanswered calls claimed: the
+// loop is about to block, or to take back what a lost read delivered, alone.
+func (p *poller) quiesce(ctx context.Context) {
+	p.lane.hold()
+	p.lane.settle(ctx)
 }
 
 // runOnce is one non-blocking fetch pass at the capacity left: what the loop does
@@ -152,9 +184,10 @@ func (p *poller) runOnce(ctx context.Context) (int64, error) {
 // fetch reads new entries without blocking, queue by queue, and starts their tasks.
 func (p *poller) fetch(ctx context.Context, capacity int64) (int64, error) {
 	w, calls := p.w, p.calls
+	p.lane.release()
 	var got int64
 	for i, q := range w.queues {
-		want := min(capacity-got, batchMax)
+		want := min(capacity-got, batchMax, p.room())
 		if want <= 0 || ctx.Err() != nil {
 			break
 		}
@@ -170,6 +203,7 @@ func (p *poller) fetch(ctx context.Context, capacity int64) (int64, error) {
 		if p.waitsOn(i) {
 			until = now.Add(w.blockFor() + registrationSlack).UnixMilli()
 		}
+		p.claiming.Add(want)
 		res, err := lua.Claim.Run(ctx, w.rdb, lua.ClaimArgs{Queue: q,
 			Consumer: w.id, NowMS: now.UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
 			Call: call, Previous: prev, RegisterUntilMS: until, Tag: w.callTag, Received: calls.recv[q.Name],
@@ -177,6 +211,7 @@ func (p *poller) fetch(ctx context.Context, capacity int64) (int64, error) {
 		})
 		w.sawRedis(err)
 		if err != nil {
+			p.claiming.Add(-want)
 			if ctx.Err() != nil {
 				return got, nil
 			}
@@ -185,7 +220,12 @@ func (p *poller) fetch(ctx context.Context, capacity int64) (int64, error) {
 			}
 			continue
 		}
-		got += p.claimed(i, q, res)
+		n := p.claimed(i, q, res)
+		p.claiming.Add(-want)
+		got += n
+		if n == want && want == batchMax {
+			p.lane.kick(i) // the queue has more: the lane claims beside the loop
+		}
 	}
 	return got, nil
 }

@@ -20,6 +20,7 @@ type calls struct {
 	open map[string]bool   // the latest call has had no reply yet
 	// hand-offs read from the inbox, told to the next call on the queue
 	recv map[string][]lua.Received
+	lane bool // the calls of the poll loop's lane (lane.go): named apart
 }
 
 func (w *Worker) newCalls() *calls {
@@ -34,7 +35,11 @@ func (c *calls) next(queue string) (call, prev string) {
 		return c.last[queue], c.prev[queue]
 	}
 	c.prev[queue] = c.last[queue]
-	call = c.w.id + "." + c.w.callTag + "." + strconv.FormatInt(c.w.callSeq.Add(1), 36)
+	seq := strconv.FormatInt(c.w.callSeq.Add(1), 36)
+	if c.lane {
+		seq = "_" + seq
+	}
+	call = c.w.id + "." + c.w.callTag + "." + seq
 	c.last[queue], c.open[queue] = call, true
 	return call, c.prev[queue]
 }
