@@ -47,6 +47,17 @@ func TestModesAtSmallSize(t *testing.T) {
 	}
 	o.workers = 1
 
+	// through the delaying proxy: the round trip it adds is measured and reported
+	o.n, o.linkDelay = 1000, time.Millisecond
+	r, err = runThroughput(ctx, e, o)
+	if err != nil || r.Succeeded != 1000 || r.Lost != 0 {
+		t.Fatalf("throughput through a delayed link: %v %v", r, err)
+	}
+	if r.LinkRTTMS == nil || *r.LinkRTTMS < 2 {
+		t.Fatalf("link round trip %v: want at least the 2 ms the proxy holds a PING and its reply", r.LinkRTTMS)
+	}
+	o.linkDelay = 0
+
 	t.Log("latency")
 	o.n = 30
 	lr, err := runLatency(ctx, e, o)

@@ -44,6 +44,7 @@ type options struct {
 	callgrind   bool
 	rate        string
 	burst       int
+	linkDelay   time.Duration
 }
 
 type mode struct {
@@ -101,6 +102,7 @@ func main() {
 	fs.BoolVar(&o.callgrind, "callgrind", false, "scripts: Redis runs under valgrind --tool=callgrind; count its instructions per phase")
 	fs.StringVar(&o.rate, "rate", "100/s", "limit: the queue's rate limit (dtq limit set --rate)")
 	fs.IntVar(&o.burst, "burst", 1, "limit: the rate limit's burst (1: no two starts at once)")
+	fs.DurationVar(&o.linkDelay, "link-delay", 0, "throughput: the workers reach Redis through a proxy that holds each chunk this long, both ways (a Redis across a network; 0: direct)")
 	_ = fs.Parse(os.Args[2:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected argument %q\n", fs.Arg(0))

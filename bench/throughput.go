@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dtq/dtq/chaos"
 	"github.com/dtq/dtq/internal/keys"
 )
 
@@ -32,7 +35,10 @@ type throughputResult struct {
 	// RedisBusy is the share of the run's wall time Redis spent on a CPU (its CPU time
 	// over the run's): how busy the run kept it. Steadier than the throughput itself
 	// on a VM whose speed moves between runs. Nil for a Redis on another machine.
-	RedisBusy  *float64 `json:"redis_busy,omitempty"`
+	RedisBusy *float64 `json:"redis_busy,omitempty"`
+	// LinkRTTMS is the median round trip of a PING through the delaying proxy the
+	// workers used (--link-delay); nil when they reached Redis directly.
+	LinkRTTMS  *float64 `json:"link_rtt_ms,omitempty"`
 	Succeeded  int      `json:"succeeded"`
 	Lost       int      `json:"lost"`
 	Duplicates int      `json:"duplicates"`
@@ -43,7 +49,7 @@ func (r throughputResult) figures() []figure {
 		fig("process_per_s", r.ProcessPerS), fig("enqueue_per_s", r.EnqueuePerS),
 		optFig("exec_to_first_task_ms", r.ExecToFirstTaskMS), fig("redis_cmds_per_task", r.RedisCmdsPerTask),
 		fig("worker_cpu_us_per_task", r.WorkerCPUUsPerTask), optFig("redis_cpu_us_per_task", r.RedisCPUUsPerTask),
-		optFig("redis_busy", r.RedisBusy), fig("lost", float64(r.Lost)), fig("duplicates", float64(r.Duplicates)),
+		optFig("redis_busy", r.RedisBusy), optFig("link_rtt_ms", r.LinkRTTMS), fig("lost", float64(r.Lost)), fig("duplicates", float64(r.Duplicates)),
 	}
 }
 
@@ -65,12 +71,22 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (throughputResul
 	if err != nil {
 		return throughputResult{}, err
 	}
+	env := []string{"DTQ_WORKER_CONCURRENCY=" + strconv.Itoa(o.concurrency)}
+	var linkRTT *float64
+	if o.linkDelay > 0 {
+		url, rtt, stop, err := e.delayedLink(ctx, o.linkDelay)
+		if err != nil {
+			return throughputResult{}, err
+		}
+		defer stop()
+		env, linkRTT = append(env, "DTQ_REDIS_URL="+url), some(round(rtt, 3))
+	}
 	cmd0 := e.commands(ctx)
 	rcpu0 := cpuTime(e.redisPID)
 	start := time.Now()
 	var ws []*worker
 	for i := 0; i < o.workers; i++ {
-		w, err := e.startWorker(prefix, "DTQ_WORKER_CONCURRENCY="+strconv.Itoa(o.concurrency))
+		w, err := e.startWorker(prefix, env...)
 		if err != nil {
 			return throughputResult{}, err
 		}
@@ -118,6 +134,7 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (throughputResul
 	if first != math.MaxFloat64 {
 		r.ExecToFirstTaskMS = some(round(first, 1))
 	}
+	r.LinkRTTMS = linkRTT
 	if e.redisPID > 0 {
 		r.RedisCPUUsPerTask = some(round(float64(rcpu.Microseconds())/float64(n), 1))
 		r.RedisBusy = some(round(rcpu.Seconds()/procDur.Seconds(), 3))
@@ -164,4 +181,38 @@ func firstStart(ctx context.Context, e *benchEnv, prefix string, ids []string) (
 		}
 	}
 	return time.UnixMilli(best), nil
+}
+
+// delayedLink puts a proxy (chaos.Proxy) that holds each chunk for d, both ways, in
+// front of Redis, and returns the URL that reaches Redis through it, the median round
+// trip of a PING through it (ms; the VM's timers make it longer than 2d), and the stop.
+func (e *benchEnv) delayedLink(ctx context.Context, d time.Duration) (string, float64, func(), error) {
+	u, err := url.Parse(e.url)
+	if err != nil || u.Scheme != "redis" {
+		return "", 0, nil, fmt.Errorf("--link-delay takes a redis:// DTQ_REDIS_URL")
+	}
+	proxy, err := chaos.NewProxy(e.addr)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	proxy.SetDelay(d)
+	u.Host = proxy.Addr()
+	opt, err := redis.ParseURL(u.String())
+	if err != nil {
+		_ = proxy.Close()
+		return "", 0, nil, err
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	rtts := make([]float64, 0, 21)
+	for range 21 {
+		t := time.Now()
+		if err := c.Ping(ctx).Err(); err != nil {
+			_ = proxy.Close()
+			return "", 0, nil, fmt.Errorf("PING through the delaying proxy: %w", err)
+		}
+		rtts = append(rtts, float64(time.Since(t).Microseconds())/1000)
+	}
+	slices.Sort(rtts)
+	return u.String(), rtts[len(rtts)/2], func() { _ = proxy.Close() }, nil
 }
