@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net/url"
-	"slices"
 	"strconv"
 	"time"
 
@@ -213,6 +212,6 @@ func (e *benchEnv) delayedLink(ctx context.Context, d time.Duration) (string, fl
 		}
 		rtts = append(rtts, float64(time.Since(t).Microseconds())/1000)
 	}
-	slices.Sort(rtts)
-	return u.String(), rtts[len(rtts)/2], func() { _ = proxy.Close() }, nil
+	med, _, _ := spread(rtts)
+	return u.String(), med, func() { _ = proxy.Close() }, nil
 }
