@@ -117,31 +117,20 @@ func (l *lane) release() {
 func (l *lane) pass(ctx context.Context, i int) {
 	p := l.p
 	w := p.w
-	q := w.queues[i]
 	for ctx.Err() == nil {
-		want := min(p.room(), batchMax)
-		if want < min(laneMin, int64(w.cfg.Concurrency)) {
+		want := p.reserve(batchMax, min(laneMin, int64(w.cfg.Concurrency)))
+		if want == 0 {
 			return
 		}
-		p.claiming.Add(want)
-		call, prev := l.calls.next(q.Name)
-		res, err := lua.Claim.Run(ctx, w.rdb, lua.ClaimArgs{Queue: q,
-			Consumer: w.id, NowMS: w.now().UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
-			Call: call, Previous: prev, Tag: w.callTag})
-		w.sawRedis(err)
+		res, err := l.claim(ctx, i, want)
 		if err != nil {
 			p.claiming.Add(-want)
 			w.hold.freed() // the loop may wait for the slots this claim held
 			if ctx.Err() == nil {
 				w.metrics.redisErrors.WithLabelValues("claim").Inc()
 			}
-			if lua.IsKeyError(err) {
-				l.calls.answered(q.Name) // refused before it wrote a receipt
-			}
 			return
 		}
-		l.calls.answered(q.Name)
-		w.handleClaim(q, res)
 		l.started.Add(int64(len(res.Started)))
 		p.claiming.Add(-want)
 		w.hold.freed()
@@ -156,24 +145,31 @@ func (l *lane) pass(ctx context.Context, i int) {
 // left: its entries are pending for this worker and a reaper takes them after the
 // visibility timeout.
 func (l *lane) settle(ctx context.Context) {
-	p := l.p
-	w := p.w
-	for _, q := range w.queues {
-		if !l.calls.open[q.Name] || ctx.Err() != nil {
-			continue
+	for i, q := range l.p.w.queues {
+		if l.calls.open[q.Name] && ctx.Err() == nil {
+			_, _ = l.claim(ctx, i, 0)
 		}
-		call, prev := l.calls.next(q.Name)
-		res, err := lua.Claim.Run(ctx, w.rdb, lua.ClaimArgs{Queue: q,
-			Consumer: w.id, NowMS: w.now().UnixMilli(), Want: 0, MaxPayload: w.cfg.MaxPayloadBytes,
-			Call: call, Previous: prev, Tag: w.callTag})
-		w.sawRedis(err)
-		if err != nil {
-			if lua.IsKeyError(err) {
-				l.calls.answered(q.Name)
-			}
-			continue
-		}
-		l.calls.answered(q.Name)
-		w.handleClaim(q, res)
 	}
+}
+
+// claim sends the lane's next call on queue i (the unanswered one again, if any) for
+// want entries and starts what its reply started. A call refused by the queue's keys
+// wrote no receipt and is answered; one without a reply stays open, to be sent again.
+func (l *lane) claim(ctx context.Context, i int, want int64) (lua.ClaimResult, error) {
+	w := l.p.w
+	q := w.queues[i]
+	call, prev := l.calls.next(q.Name)
+	res, err := lua.Claim.Run(ctx, w.rdb, lua.ClaimArgs{Queue: q,
+		Consumer: w.id, NowMS: w.now().UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
+		Call: call, Previous: prev, Tag: w.callTag})
+	w.sawRedis(err)
+	if err != nil {
+		if lua.IsKeyError(err) {
+			l.calls.answered(q.Name)
+		}
+		return res, err
+	}
+	l.calls.answered(q.Name)
+	w.handleClaim(q, res)
+	return res, nil
 }

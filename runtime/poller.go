@@ -154,14 +154,33 @@ func (p *poller) capacity(ctx context.Context) (int64, bool) {
 
 // room is how many more tasks a claim may ask for now: concurrency − in flight −
 // asked for by the claims on their way, within what DTQ_WORKER_MAX_TASKS leaves.
-func (p *poller) room() int64 {
+func (p *poller) room() int64 { return p.roomBeside(p.claiming.Load()) }
+
+func (p *poller) roomBeside(claiming int64) int64 {
 	w := p.w
-	claiming := p.claiming.Load()
 	room := int64(w.cfg.Concurrency) - w.hold.inflight.Load() - claiming
 	if w.cfg.MaxTasks > 0 {
 		room = min(room, w.cfg.MaxTasks-w.hold.begun.Load()-claiming)
 	}
 	return room
+}
+
+// reserve takes min(room, limit) slots for a claim about to be sent, in one step with
+// the room it reads (the loop and the lane reserve concurrently: a room read and then
+// added to would let both take the same slots), when that is at least least; else it
+// takes none and returns 0. The claim gives them back (claiming.Add(-n)) once its
+// reply's tasks are in flight.
+func (p *poller) reserve(limit, least int64) int64 {
+	for {
+		c := p.claiming.Load()
+		n := min(p.roomBeside(c), limit)
+		if n < max(least, 1) {
+			return 0
+		}
+		if p.claiming.CompareAndSwap(c, c+n) {
+			return n
+		}
+	}
 }
 
 // quiesce holds the lane off and sends again what its unanswered calls claimed: the
@@ -198,12 +217,14 @@ func (p *poller) fetch(ctx context.Context, capacity int64) (int64, error) {
 		if p.throttled[i] > now.UnixMilli() {
 			continue // the queue's limit starts nothing yet
 		}
+		if want = p.reserve(want, 1); want == 0 {
+			break // the lane took the slots
+		}
 		call, prev := calls.next(q.Name)
 		var until int64
 		if p.waitsOn(i) {
 			until = now.Add(w.blockFor() + registrationSlack).UnixMilli()
 		}
-		p.claiming.Add(want)
 		res, err := lua.Claim.Run(ctx, w.rdb, lua.ClaimArgs{Queue: q,
 			Consumer: w.id, NowMS: now.UnixMilli(), Want: int(want), MaxPayload: w.cfg.MaxPayloadBytes,
 			Call: call, Previous: prev, RegisterUntilMS: until, Tag: w.callTag, Received: calls.recv[q.Name],
