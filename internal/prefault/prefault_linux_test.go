@@ -81,12 +81,19 @@ func TestPopulateMapsThePages(t *testing.T) {
 	if n := faultsTouching(cold); n < size/page/2 {
 		t.Fatalf("touching %d fresh pages took %d faults: the count does not see them", size/page, n)
 	}
-	warm := mapped()
-	if !populate(uintptr(unsafe.Pointer(&warm[0])), uintptr(unsafe.Pointer(&warm[0]))+size, madvPopulateWrite) {
-		t.Fatal("MADV_POPULATE_WRITE refused on a private anonymous mapping")
+	// The thread's count also takes what else faults on it between the two readings (a
+	// signal handler, the race detector's shadow memory): rarely, a few dozen. That only
+	// adds, so the fewest of three fresh mappings is the populated pages' own count.
+	fewest := int64(size / page)
+	for range 3 {
+		warm := mapped()
+		if !populate(uintptr(unsafe.Pointer(&warm[0])), uintptr(unsafe.Pointer(&warm[0]))+size, madvPopulateWrite) {
+			t.Fatal("MADV_POPULATE_WRITE refused on a private anonymous mapping")
+		}
+		fewest = min(fewest, faultsTouching(warm))
 	}
-	if n := faultsTouching(warm); n > 8 {
-		t.Fatalf("touching %d populated pages took %d faults", size/page, n)
+	if fewest > 8 {
+		t.Fatalf("touching %d populated pages took %d faults at the fewest", size/page, fewest)
 	}
 }
 
