@@ -67,9 +67,20 @@ func (w *Worker) drain() {
 	w.log.Info("worker: stopped")
 }
 
-// stopAll stops the services at once, each on a goroutine, and returns a channel
-// closed when all have stopped.
-func stopAll(ss ...service.Service) <-chan struct{} {
+// cancelable is a service whose context can be ended without waiting for its loop.
+type cancelable interface {
+	service.Service
+	Cancel()
+}
+
+// stopAll stops the services at once and returns a channel closed when all have
+// stopped. Every service's context has ended when it returns (what follows, the
+// "draining" state, may let work in that no loop must claim); the waits run on
+// goroutines of their own.
+func stopAll(ss ...cancelable) <-chan struct{} {
+	for _, s := range ss {
+		s.Cancel()
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, s := range ss {

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"net"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/dtq/dtq/client"
 	"github.com/dtq/dtq/internal/prom"
 	"github.com/dtq/dtq/internal/redistest"
+	"github.com/dtq/dtq/internal/service"
 )
 
 // After SIGTERM, Run returns within the bound doc.go states, even with a function that
@@ -184,4 +186,50 @@ func redialingClient(t *testing.T, srv *redistest.Server) (*redis.Client, <-chan
 func counterValue(t *testing.T, c *prom.Counter) float64 {
 	t.Helper()
 	return c.Value()
+}
+
+// stuckService is a service whose loop ignores its context until released: its Stop
+// waits for that.
+type stuckService struct {
+	service.Base
+	ctx     chan context.Context
+	release chan struct{}
+}
+
+func (s *stuckService) Start(ctx context.Context) error {
+	s.Go(ctx, func(ctx context.Context) { s.ctx <- ctx; <-s.release })
+	return nil
+}
+
+// The drain says "draining" (and the test above enqueues work it must leave) right
+// after stopAll returns: by then every loop's context has ended, so none sends another
+// claim, even before its goroutine next runs. Not parallel: GOMAXPROCS 1 keeps the
+// goroutines stopAll starts from running before the check.
+func TestStopAllEndsEveryContextBeforeReturning(t *testing.T) {
+	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(1))
+	var ss []*stuckService
+	var ctxs []context.Context
+	for range 3 {
+		s := &stuckService{ctx: make(chan context.Context, 1), release: make(chan struct{})}
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, s)
+		ctxs = append(ctxs, <-s.ctx)
+	}
+	done := stopAll(ss[0], ss[1], ss[2])
+	for i, ctx := range ctxs {
+		if ctx.Err() == nil {
+			t.Errorf("service %d: its context still runs after stopAll returned", i)
+		}
+	}
+	select {
+	case <-done:
+		t.Fatal("stopAll's channel closed while the loops still run")
+	default:
+	}
+	for _, s := range ss {
+		close(s.release)
+	}
+	<-done
 }

@@ -80,6 +80,18 @@ func (b *Base) Go(ctx context.Context, fn func(ctx context.Context)) bool {
 // return. It does nothing before the first Go and after an earlier Stop.
 func (b *Base) Stop() { b.StopCause(ErrStopped) }
 
+// Cancel ends the running fn's context (with ErrStopped as the cause) and returns at
+// once, without waiting for fn; a Stop after it waits. It does nothing before the
+// first Go.
+func (b *Base) Cancel() {
+	b.mu.Lock()
+	cancel := b.cancel
+	b.mu.Unlock()
+	if cancel != nil {
+		cancel(ErrStopped)
+	}
+}
+
 // StopCause is Stop with the cause the service's context reports.
 func (b *Base) StopCause(cause error) {
 	b.mu.Lock()

@@ -73,6 +73,36 @@ func TestStartReturnsAtOnceAndStopWaits(t *testing.T) {
 	l.Stop() // again: a no-op
 }
 
+// Cancel ends the context before it returns, does not wait for fn, and a Stop after it
+// still waits.
+func TestCancelEndsTheContextWithoutWaiting(t *testing.T) {
+	t.Parallel()
+	var b Base
+	b.Cancel() // before Go: a no-op
+	ctxs := make(chan context.Context, 1)
+	release := make(chan struct{})
+	b.Go(context.Background(), func(ctx context.Context) { ctxs <- ctx; <-release })
+	ctx := <-ctxs
+	b.Cancel()
+	if !errors.Is(context.Cause(ctx), ErrStopped) {
+		t.Fatalf("after Cancel the context's cause is %v, want ErrStopped", context.Cause(ctx))
+	}
+	select {
+	case <-b.Done():
+		t.Fatal("fn returned before it was released")
+	default:
+	}
+	stopped := make(chan struct{})
+	go func() { b.Stop(); close(stopped) }()
+	close(release)
+	<-stopped
+	select {
+	case <-b.Done():
+	default:
+		t.Fatal("Stop after Cancel returned before fn")
+	}
+}
+
 func TestGoWhileRunningIsRefused(t *testing.T) {
 	t.Parallel()
 	var b Base
