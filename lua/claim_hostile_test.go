@@ -1,6 +1,8 @@
 package lua_test
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -247,6 +249,81 @@ func TestCompleteAndTouchOnWrongTypeKey(t *testing.T) {
 	}
 	if p := f.pending(t, 0); p != 0 {
 		t.Fatalf("pending = %d, want 0", p)
+	}
+}
+
+// A band whose stream is broken under running executions (turned into another type,
+// deleted, its group destroyed) costs nothing to the outcomes that share a completion
+// call with it: every execution whose record says it is current is recorded, on the
+// short path (plain successes under the claims' epoch) and on the long one, whichever
+// band comes first in the call; the healthy band's entry is acked and gone.
+func TestCompleteRecordsBesideABrokenBand(t *testing.T) {
+	t.Parallel()
+	breaks := map[string]func(f *fixture, stream string) error{
+		"string":  func(f *fixture, s string) error { return f.rdb.Set(f.ctx, s, "clobbered", 0).Err() },
+		"deleted": func(f *fixture, s string) error { return f.rdb.Del(f.ctx, s).Err() },
+		"no group": func(f *fixture, s string) error {
+			return f.rdb.XGroupDestroy(f.ctx, s, keys.Group).Err()
+		},
+	}
+	for name, breakBand := range breaks {
+		for _, long := range []bool{false, true} {
+			for _, brokenFirst := range []bool{true, false} {
+				t.Run(fmt.Sprintf("%s/long=%v/first=%v", name, long, brokenFirst), func(t *testing.T) {
+					t.Parallel()
+					f := setup(t)
+					f.enqueue(t, lua.NewTask{ID: "broken", Priority: 2})
+					f.enqueue(t, lua.NewTask{ID: "healthy", Priority: 3})
+					r := f.claim(t, lua.ClaimArgs{Consumer: "w", Want: 2})
+					if len(r.Started) != 2 {
+						t.Fatalf("started %+v", r.Started)
+					}
+					items := map[string]lua.Completion{}
+					for _, s := range r.Started {
+						c := lua.Completion{ID: s.ID, Entry: s.Entry, Band: s.Band, Attempt: s.Attempt, Outcome: lua.Succeeded, Epoch: s.Epoch}
+						if long {
+							c.Text = "result"
+						}
+						items[s.ID] = c
+					}
+					if err := breakBand(f, f.q.Stream(items["broken"].Band)); err != nil {
+						t.Fatal(err)
+					}
+					call := []lua.Completion{items["broken"], items["healthy"]}
+					if !brokenFirst {
+						call[0], call[1] = call[1], call[0]
+					}
+					codes, err := lua.Complete.Run(f.ctx, f.rdb, lua.CompleteArgs{Queue: f.q, NowMS: f.now, Items: call, Consumer: "w"})
+					if err != nil {
+						t.Fatalf("complete beside a broken band: %v", err)
+					}
+					if !slices.Equal(codes, []lua.CompleteCode{lua.CompleteApplied, lua.CompleteApplied}) {
+						t.Fatalf("codes %v, want both applied", codes)
+					}
+					for _, id := range []string{"broken", "healthy"} {
+						if st := f.field(t, id, "status"); st != "succeeded" {
+							t.Errorf("%s: status %q, want succeeded", id, st)
+						}
+					}
+					if p := f.pending(t, items["healthy"].Band); p != 0 {
+						t.Errorf("the healthy band keeps %d pending, want its entry acked", p)
+					}
+					if n := f.rdb.XLen(f.ctx, f.q.Stream(items["healthy"].Band)).Val(); n != 0 {
+						t.Errorf("the healthy band holds %d entries, want its finished one gone", n)
+					}
+					if name == "string" {
+						if v := f.rdb.Get(f.ctx, f.q.Stream(items["broken"].Band)).Val(); v != "clobbered" {
+							t.Errorf("the broken band's key = %q, want it untouched", v)
+						}
+					}
+					if name == "deleted" {
+						if n := f.rdb.Exists(f.ctx, f.q.Stream(items["broken"].Band)).Val(); n != 0 {
+							t.Errorf("the deleted band was made again")
+						}
+					}
+				})
+			}
+		}
 	}
 }
 

@@ -80,6 +80,11 @@
 --
 -- Finished entries are XACKed and removed from the stream (XDEL, or XTRIM MINID below the
 -- oldest pending entry), so a band's XLEN stays its undelivered plus in-flight work.
+-- A band stream broken under running executions (of another type, deleted, or without
+-- its group) refuses nothing: its executions' records still fence them, so their
+-- outcomes are recorded like any other's, and the call goes on to the other bands (one
+-- broken band refused the whole call once, and every outcome in it ran again after the
+-- visibility timeout). Only the removal is skipped where there is nothing to remove.
 --
 -- returns a list of n integers, in the order of the items: 1 applied, 0 fenced off, 2
 -- refused (the schedule or the dead set is not a zset: nothing recorded, not ACKed; a
@@ -130,13 +135,22 @@ end
 
 -- finish removes a band's finished entries ids from its stream, XACKing those of them
 -- in acks first (nacks of them; the short path acked the others already).
+-- A band broken under its executions costs their outcomes nothing (they are recorded,
+-- fenced by their records, before this) nor the other bands' in the call: a stream of
+-- another type is left as it is (nothing of it to remove); a stream deleted, or without
+-- its group, has nothing pending: its finished entries are XDELed (a no-op on a missing
+-- key), so a group made again from the start does not deliver them anew.
 local function finish(stream, ids, acks, nacks)
-  if nacks > 0 then redis.call("XACK", stream, group, unpack(acks)) end
+  if nacks > 0 and type(redis.pcall("XACK", stream, group, unpack(acks))) == "table" then return end
   -- A group delivers in id order, so every entry older than the oldest pending one was
   -- delivered and is finished: XTRIM MINID drops those node by node, far cheaper than
   -- seeking each one for XDEL. Finished entries at or after the oldest pending one are
   -- XDELed. (With nothing pending, everything up to this batch's newest entry is done.)
-  local oldest = redis.call("XPENDING", stream, group, "-", "+", 1)
+  local oldest = redis.pcall("XPENDING", stream, group, "-", "+", 1)
+  if oldest.err then
+    if string.find(oldest.err, "NOGROUP", 1, true) then redis.call("XDEL", stream, unpack(ids)) end
+    return
+  end
   local floor = nil
   if #oldest > 0 then floor = oldest[1][1] end
   if floor then
@@ -198,7 +212,9 @@ while at < last do
   if short and p > 0 then
     local eids = {}
     for k = 1, p do eids[k] = argv[at + 3 * k - 2] end
-    acked = call("XACK", stream, group, unpack(eids)) == p
+    -- pcall: a stream of another type is not acked here, and its items take the long
+    -- path (their records decide), like those of a deleted stream (XACK replies 0)
+    acked = pcall_("XACK", stream, group, unpack(eids)) == p
   end
   if acked then
     for k = 0, p - 1 do

@@ -11,7 +11,7 @@ func hashOf(name string) string {
 	case "claim.lua":
 		return "15fccfdb9b61f58a3245fe15de47eed94cbce9c5"
 	case "complete.lua":
-		return "ab344fed84fae4c970c12d114bb772121fee73d3"
+		return "f51e97ac0c3b3d60581750fbf5474bd0df7b194e"
 	case "cron_advance.lua":
 		return "cb2c95572a740e00d7a50863caf4f6b0913f86fd"
 	case "dead_delete.lua":

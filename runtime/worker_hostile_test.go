@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dtq/dtq/client"
+	"github.com/dtq/dtq/function"
 	"github.com/dtq/dtq/internal/keys"
 	"github.com/dtq/dtq/runtime"
 )
@@ -89,5 +90,46 @@ func TestWorkerSurvivesHostileKeys(t *testing.T) {
 	}
 	if !r.w.Ready() {
 		t.Fatal("the worker is not ready any more")
+	}
+}
+
+// A band's stream turned into another type under running tasks costs the tasks of the
+// other bands nothing: their outcomes, and the broken band's own (their records still
+// say they are current), are recorded once, on attempt 1, with nothing left pending for
+// a reaper to run again. The outcomes of both bands finish together, so they share
+// completion calls.
+func TestABrokenBandCostsTheOtherBandsNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	rec := newRecorder()
+	b := newBlocking(0)
+	reg := function.Registry()
+	reg.Register("block", b.fn, runtime.FuncOptions{})
+	startWorker(t, e.rdb, e.config(t, "DTQ_VISIBILITY_TIMEOUT_S", "2", "DTQ_HEARTBEAT_INTERVAL_S", "0.5"), reg, rec)
+	q := keys.New(e.prefix).Queue("default")
+	var ids []string
+	for _, prio := range []int{2, 3, 2, 3} {
+		ids = append(ids, e.enqueue(t, client.Task{Function: "block", Priority: prio}))
+	}
+	for range ids {
+		b.waitStart(t)
+	}
+	if err := e.rdb.Set(e.ctx, q.Stream(2), "clobbered", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	close(b.release)
+	for _, id := range ids {
+		rec.wait(t, "the task's success", is(runtime.EventTaskSucceeded, id))
+	}
+	for _, id := range ids {
+		if ti := e.task(t, id); ti.Status != "succeeded" || ti.Attempt != 1 {
+			t.Errorf("task %s: status %q attempt %d, want succeeded on attempt 1", id, ti.Status, ti.Attempt)
+		}
+	}
+	if p := e.rdb.XPending(e.ctx, q.Stream(3), keys.Group).Val(); p == nil || p.Count != 0 {
+		t.Fatalf("band 3 keeps %+v pending, want nothing for a reaper", p)
+	}
+	if len(b.started) != 0 {
+		t.Fatalf("a task started again: %s", <-b.started)
 	}
 }
