@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	goruntime "runtime"
 	"testing"
 	"time"
 )
@@ -39,13 +40,19 @@ func TestModesAtSmallSize(t *testing.T) {
 	if r.RedisCPUUsPerTask == nil || r.RedisBusy == nil || *r.RedisBusy < 0 {
 		t.Fatalf("throughput did not measure its local Redis: %+v", r)
 	}
+	if r.WorkerGOMAXPROCS != float64(goruntime.GOMAXPROCS(0)) {
+		t.Fatalf("the worker runs with GOMAXPROCS %v, want this process's %d (the default, inherited)", r.WorkerGOMAXPROCS, goruntime.GOMAXPROCS(0))
+	}
 
-	o.n, o.workers = 3000, 3
+	o.n, o.workers, o.workerProcs = 3000, 3, 1
 	r, err = runThroughput(ctx, e, o)
 	if err != nil || r.Succeeded != 3000 {
 		t.Fatalf("throughput with 3 workers: %v %v", r, err)
 	}
-	o.workers = 1
+	if r.WorkerGOMAXPROCS != 1 {
+		t.Fatalf("--worker-gomaxprocs 1: the worker runs with GOMAXPROCS %v", r.WorkerGOMAXPROCS)
+	}
+	o.workers, o.workerProcs = 1, 0
 
 	// through the delaying proxy: the round trip it adds is measured and reported
 	o.n, o.linkDelay = 1000, time.Millisecond

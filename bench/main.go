@@ -45,6 +45,9 @@ type options struct {
 	rate        string
 	burst       int
 	linkDelay   time.Duration
+	// workerProcs is the GOMAXPROCS the throughput mode's workers run with (0: Go's
+	// default, the CPUs the process may use)
+	workerProcs int
 }
 
 type mode struct {
@@ -102,6 +105,7 @@ func main() {
 	fs.BoolVar(&o.callgrind, "callgrind", false, "scripts: Redis runs under valgrind --tool=callgrind; count its instructions per phase")
 	fs.StringVar(&o.rate, "rate", "100/s", "limit: the queue's rate limit (dtq limit set --rate)")
 	fs.IntVar(&o.burst, "burst", 1, "limit: the rate limit's burst (1: no two starts at once)")
+	fs.IntVar(&o.workerProcs, "worker-gomaxprocs", 0, "throughput: the workers' GOMAXPROCS (0: Go's default); the run reports what the worker's /metrics says")
 	fs.DurationVar(&o.linkDelay, "link-delay", 0, "throughput: the workers reach Redis through a proxy that holds each chunk this long, both ways (a Redis across a network; 0: direct)")
 	_ = fs.Parse(os.Args[2:])
 	if fs.NArg() > 0 {

@@ -49,11 +49,11 @@ func TestResultKeysAndRows(t *testing.T) {
 		rows string
 	}{
 		{"throughput", throughputResult{},
-			"acked_per_s concurrency duplicates enqueue_per_s enqueue_s lost mode n process_per_s process_s redis_cmds_per_task succeeded system worker_cpu_us_per_task workers",
-			"process_per_s enqueue_per_s exec_to_first_task_ms redis_cmds_per_task worker_cpu_us_per_task redis_cpu_us_per_task redis_busy link_rtt_ms lost duplicates"},
+			"acked_per_s concurrency duplicates enqueue_per_s enqueue_s lost mode n process_per_s process_s redis_cmds_per_task succeeded system worker_cpu_us_per_task worker_gomaxprocs workers",
+			"process_per_s enqueue_per_s exec_to_first_task_ms redis_cmds_per_task worker_cpu_us_per_task redis_cpu_us_per_task redis_busy link_rtt_ms worker_gomaxprocs lost duplicates"},
 		{"throughput measured everywhere", throughputResult{ExecToFirstTaskMS: one, RedisCPUUsPerTask: one, RedisBusy: one, LinkRTTMS: one},
-			"acked_per_s concurrency duplicates enqueue_per_s enqueue_s exec_to_first_task_ms link_rtt_ms lost mode n process_per_s process_s redis_busy redis_cmds_per_task redis_cpu_us_per_task succeeded system worker_cpu_us_per_task workers",
-			"process_per_s enqueue_per_s exec_to_first_task_ms redis_cmds_per_task worker_cpu_us_per_task redis_cpu_us_per_task redis_busy link_rtt_ms lost duplicates"},
+			"acked_per_s concurrency duplicates enqueue_per_s enqueue_s exec_to_first_task_ms link_rtt_ms lost mode n process_per_s process_s redis_busy redis_cmds_per_task redis_cpu_us_per_task succeeded system worker_cpu_us_per_task worker_gomaxprocs workers",
+			"process_per_s enqueue_per_s exec_to_first_task_ms redis_cmds_per_task worker_cpu_us_per_task redis_cpu_us_per_task redis_busy link_rtt_ms worker_gomaxprocs lost duplicates"},
 		{"latency", latencyResult{},
 			"concurrency floor_p50_ms floor_p99_ms gap_ms handoff_share idle_redis_cmds_per_s idle_roundtrips_per_s idle_rss_mb max_ms mean_ms min_ms mode n p50_ms p90_ms p99_ms system",
 			"p50_ms p90_ms p99_ms max_ms floor_p50_ms floor_p99_ms handoff_share idle_redis_cmds_per_s idle_roundtrips_per_s idle_rss_mb"},

@@ -37,10 +37,13 @@ type throughputResult struct {
 	RedisBusy *float64 `json:"redis_busy,omitempty"`
 	// LinkRTTMS is the median round trip of a PING through the delaying proxy the
 	// workers used (--link-delay); nil when they reached Redis directly.
-	LinkRTTMS  *float64 `json:"link_rtt_ms,omitempty"`
-	Succeeded  int      `json:"succeeded"`
-	Lost       int      `json:"lost"`
-	Duplicates int      `json:"duplicates"`
+	LinkRTTMS *float64 `json:"link_rtt_ms,omitempty"`
+	// WorkerGOMAXPROCS is the first worker's go_sched_gomaxprocs_threads, read from its
+	// /metrics at the end of the run (--worker-gomaxprocs sets it).
+	WorkerGOMAXPROCS float64 `json:"worker_gomaxprocs"`
+	Succeeded        int     `json:"succeeded"`
+	Lost             int     `json:"lost"`
+	Duplicates       int     `json:"duplicates"`
 }
 
 func (r throughputResult) figures() []figure {
@@ -48,7 +51,7 @@ func (r throughputResult) figures() []figure {
 		fig("process_per_s", r.ProcessPerS), fig("enqueue_per_s", r.EnqueuePerS),
 		optFig("exec_to_first_task_ms", r.ExecToFirstTaskMS), fig("redis_cmds_per_task", r.RedisCmdsPerTask),
 		fig("worker_cpu_us_per_task", r.WorkerCPUUsPerTask), optFig("redis_cpu_us_per_task", r.RedisCPUUsPerTask),
-		optFig("redis_busy", r.RedisBusy), optFig("link_rtt_ms", r.LinkRTTMS), fig("lost", float64(r.Lost)), fig("duplicates", float64(r.Duplicates)),
+		optFig("redis_busy", r.RedisBusy), optFig("link_rtt_ms", r.LinkRTTMS), fig("worker_gomaxprocs", r.WorkerGOMAXPROCS), fig("lost", float64(r.Lost)), fig("duplicates", float64(r.Duplicates)),
 	}
 }
 
@@ -71,6 +74,9 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (throughputResul
 		return throughputResult{}, err
 	}
 	env := []string{"DTQ_WORKER_CONCURRENCY=" + strconv.Itoa(o.concurrency)}
+	if o.workerProcs > 0 {
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(o.workerProcs))
+	}
 	var linkRTT *float64
 	if o.linkDelay > 0 {
 		url, rtt, stop, err := e.delayedLink(ctx, o.linkDelay)
@@ -106,6 +112,10 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (throughputResul
 	for _, w := range ws {
 		wcpu += cpuTime(w.cmd.Process.Pid)
 	}
+	procs, err := ws[0].metric("go_sched_gomaxprocs_threads")
+	if err != nil {
+		return throughputResult{}, err
+	}
 	for _, w := range ws {
 		if err := w.stop(); err != nil {
 			return throughputResult{}, err
@@ -133,7 +143,7 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (throughputResul
 	if first != math.MaxFloat64 {
 		r.ExecToFirstTaskMS = some(round(first, 1))
 	}
-	r.LinkRTTMS = linkRTT
+	r.LinkRTTMS, r.WorkerGOMAXPROCS = linkRTT, procs
 	if e.redisPID > 0 {
 		r.RedisCPUUsPerTask = some(round(float64(rcpu.Microseconds())/float64(n), 1))
 		r.RedisBusy = some(round(rcpu.Seconds()/procDur.Seconds(), 3))
