@@ -35,40 +35,49 @@ func enqueueBacklog(t *testing.T, c *client.Client, fn string, n int) []string {
 }
 
 // On a backlog, the lane claims beside the poll loop (its receipt is there) and every
-// task runs once: started once, on its first attempt, and succeeded.
+// task runs once: started once, on its first attempt, and succeeded. DTQ_POLL_LANES=1
+// turns the lane off: the loop alone runs them all.
 func TestLaneClaimsBesideTheLoopOnABacklog(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
-	const n = 2000
-	ids := enqueueBacklog(t, e.c, "noop", n)
-	rec := newRecorder()
-	// room for both claim loops beside the tasks running: the lane is not outrun
-	r := startWorker(t, e.rdb, e.config(t, "DTQ_WORKER_CONCURRENCY", "128"), nil, rec)
-	for _, id := range ids {
-		rec.wait(t, "task "+id+" to succeed", is(runtime.EventTaskSucceeded, id))
-	}
-	r.stop()
-	starts := map[string]int{}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	for _, ev := range rec.events {
-		if ev.Type == runtime.EventTaskStarted {
-			starts[ev.TaskID]++
-			if ev.Attempt != 1 {
-				t.Errorf("task %s started on attempt %d", ev.TaskID, ev.Attempt)
+	for _, lanes := range []string{"2", "1"} {
+		t.Run("lanes="+lanes, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			const n = 2000
+			ids := enqueueBacklog(t, e.c, "noop", n)
+			rec := newRecorder()
+			// room for both claim loops beside the tasks running: the lane is not outrun
+			r := startWorker(t, e.rdb, e.config(t, "DTQ_WORKER_CONCURRENCY", "128", "DTQ_POLL_LANES", lanes), nil, rec)
+			for _, id := range ids {
+				rec.wait(t, "task "+id+" to succeed", is(runtime.EventTaskSucceeded, id))
 			}
-		}
-	}
-	if len(starts) != n {
-		t.Errorf("%d tasks started, want %d", len(starts), n)
-	}
-	for id, k := range starts {
-		if k != 1 {
-			t.Errorf("task %s started %d times", id, k)
-		}
-	}
-	if runtime.LaneStarted(r.w) == 0 {
-		t.Fatal("the lane started nothing on a backlog of 2000 tasks")
+			r.stop()
+			starts := map[string]int{}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			for _, ev := range rec.events {
+				if ev.Type == runtime.EventTaskStarted {
+					starts[ev.TaskID]++
+					if ev.Attempt != 1 {
+						t.Errorf("task %s started on attempt %d", ev.TaskID, ev.Attempt)
+					}
+				}
+			}
+			if len(starts) != n {
+				t.Errorf("%d tasks started, want %d", len(starts), n)
+			}
+			for id, k := range starts {
+				if k != 1 {
+					t.Errorf("task %s started %d times", id, k)
+				}
+			}
+			switch got := runtime.LaneStarted(r.w); {
+			case lanes == "2" && got == 0:
+				t.Fatal("the lane started nothing on a backlog of 2000 tasks")
+			case lanes == "1" && got != 0:
+				t.Fatalf("DTQ_POLL_LANES=1: the lane started %d tasks", got)
+			}
+		})
 	}
 }
 

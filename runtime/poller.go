@@ -69,7 +69,9 @@ func newPoller(w *Worker) *poller {
 func (p *poller) Start(ctx context.Context) error {
 	p.Go(ctx, func(ctx context.Context) {
 		var lane sync.WaitGroup
-		lane.Go(func() { p.lane.run(ctx) }) // ends with ctx, like the loop
+		if p.w.cfg.PollLanes >= 2 {
+			lane.Go(func() { p.lane.run(ctx) }) // ends with ctx, like the loop
+		}
 		service.Supervise(ctx, "poll", p.w.log, p.w.restarted("poll"), p.loop)
 		lane.Wait()
 	})
