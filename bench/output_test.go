@@ -107,8 +107,8 @@ func TestResultKeysAndRows(t *testing.T) {
 func TestEncodeAsAMap(t *testing.T) {
 	r := throughputResult{N: 2000, Workers: 1, Concurrency: 64, EnqueueS: 0.3113, EnqueuePerS: 6424,
 		ProcessS: 0.5282, ProcessPerS: 3787, AckedPerS: 3787, ExecToFirstTaskMS: some(113.7),
-		RedisCmdsPerTask: 6.42, WorkerCPUUsPerTask: 35, RedisCPUUsPerTask: some(30), Succeeded: 2000}
-	want := `{"acked_per_s":3787,"concurrency":64,"duplicates":0,"enqueue_per_s":6424,"enqueue_s":0.3113,"exec_to_first_task_ms":113.7,"lost":0,"mode":"throughput","n":2000,"process_per_s":3787,"process_s":0.5282,"redis_cmds_per_task":6.42,"redis_cpu_us_per_task":30,"succeeded":2000,"system":"dtq","worker_cpu_us_per_task":35,"workers":1}`
+		RedisCmdsPerTask: 6.42, WorkerCPUUsPerTask: 35, RedisCPUUsPerTask: some(30), WorkerGOMAXPROCS: 2, Succeeded: 2000}
+	want := `{"acked_per_s":3787,"concurrency":64,"duplicates":0,"enqueue_per_s":6424,"enqueue_s":0.3113,"exec_to_first_task_ms":113.7,"lost":0,"mode":"throughput","n":2000,"process_per_s":3787,"process_s":0.5282,"redis_cmds_per_task":6.42,"redis_cpu_us_per_task":30,"succeeded":2000,"system":"dtq","worker_cpu_us_per_task":35,"worker_gomaxprocs":2,"workers":1}`
 	b, err := encode(r, "dtq", "throughput")
 	if err != nil {
 		t.Fatal(err)
