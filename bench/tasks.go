@@ -76,20 +76,34 @@ func enqueueNoops(ctx context.Context, c *client.Client, n int, fn string, paylo
 
 // statuses reads the status of every task in pipelined batches.
 func statuses(ctx context.Context, rdb redis.UniversalClient, prefix string, ids []string) (map[string]int, error) {
-	q := keys.New(prefix).Queue(benchQueue)
+	vals, err := recordField(ctx, rdb, prefix, ids, "status")
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]int{}
+	for _, v := range vals {
+		out[v]++
+	}
+	return out, nil
+}
+
+// recordField reads one field of the record of each task of ids ("" where it has
+// none), in pipelines of 2 000.
+func recordField(ctx context.Context, rdb redis.UniversalClient, prefix string, ids []string, field string) ([]string, error) {
+	q := keys.New(prefix).Queue(benchQueue)
+	out := make([]string, 0, len(ids))
 	for lo := 0; lo < len(ids); lo += 2000 {
 		hi := min(lo+2000, len(ids))
 		p := rdb.Pipeline()
 		cmds := make([]*redis.StringCmd, hi-lo)
 		for i := lo; i < hi; i++ {
-			cmds[i-lo] = p.HGet(ctx, q.Task(ids[i]), "status")
+			cmds[i-lo] = p.HGet(ctx, q.Task(ids[i]), field)
 		}
 		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, err
 		}
 		for _, c := range cmds {
-			out[c.Val()]++
+			out = append(out, c.Val())
 		}
 	}
 	return out, nil
@@ -127,25 +141,17 @@ const drainPoll = 20 * time.Millisecond
 // lastFinished is the latest finished_at (unix ms, written by the completion that
 // recorded the outcome) among the tasks of ids: when the last outcome was recorded.
 func lastFinished(ctx context.Context, rdb redis.UniversalClient, prefix string, ids []string) (time.Time, error) {
-	q := keys.New(prefix).Queue(benchQueue)
+	vals, err := recordField(ctx, rdb, prefix, ids, "finished_at")
+	if err != nil {
+		return time.Time{}, err
+	}
 	var last int64
-	for lo := 0; lo < len(ids); lo += 2000 {
-		hi := min(lo+2000, len(ids))
-		p := rdb.Pipeline()
-		cmds := make([]*redis.StringCmd, hi-lo)
-		for i := lo; i < hi; i++ {
-			cmds[i-lo] = p.HGet(ctx, q.Task(ids[i]), "finished_at")
+	for i, v := range vals {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("task %s: finished_at %q: not a time", ids[i], v)
 		}
-		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return time.Time{}, err
-		}
-		for i, c := range cmds {
-			v, err := strconv.ParseInt(c.Val(), 10, 64)
-			if err != nil {
-				return time.Time{}, fmt.Errorf("task %s: finished_at %q: not a time", ids[lo+i], c.Val())
-			}
-			last = max(last, v)
-		}
+		last = max(last, ms)
 	}
 	return time.UnixMilli(last), nil
 }

@@ -183,19 +183,14 @@ func streamHeads(ctx context.Context, e *benchEnv, prefix string) ([]string, err
 }
 
 func firstStart(ctx context.Context, e *benchEnv, prefix string, ids []string) (time.Time, error) {
-	q := keys.New(prefix).Queue(benchQueue)
-	p := e.rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(ids))
-	for i := range ids {
-		cmds[i] = p.HGet(ctx, q.Task(ids[i]), "started_at")
-	}
-	if _, err := p.Exec(ctx); err != nil {
+	vals, err := recordField(ctx, e.rdb, prefix, ids, "started_at")
+	if err != nil {
 		return time.Time{}, err
 	}
 	best := int64(math.MaxInt64)
-	for _, c := range cmds {
-		if v, err := strconv.ParseInt(c.Val(), 10, 64); err == nil && v < best {
-			best = v
+	for _, v := range vals {
+		if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms < best {
+			best = ms
 		}
 	}
 	return time.UnixMilli(best), nil
