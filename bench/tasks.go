@@ -76,34 +76,43 @@ func enqueueNoops(ctx context.Context, c *client.Client, n int, fn string, paylo
 
 // statuses reads the status of every task in pipelined batches.
 func statuses(ctx context.Context, rdb redis.UniversalClient, prefix string, ids []string) (map[string]int, error) {
-	vals, err := recordField(ctx, rdb, prefix, ids, "status")
+	recs, err := recordFields(ctx, rdb, prefix, ids, "status")
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int{}
-	for _, v := range vals {
-		out[v]++
-	}
-	return out, nil
+	return tally(recs, 0), nil
 }
 
-// recordField reads one field of the record of each task of ids ("" where it has
-// none), in pipelines of 2 000.
-func recordField(ctx context.Context, rdb redis.UniversalClient, prefix string, ids []string, field string) ([]string, error) {
+// tally counts the values of column col of recs (recordFields's rows).
+func tally(recs [][]string, col int) map[string]int {
+	out := map[string]int{}
+	for _, r := range recs {
+		out[r[col]]++
+	}
+	return out
+}
+
+// recordFields reads the fields of the record of each task of ids, one row a task with
+// a value a field ("" where the record has none), in pipelines of 2 000 HMGETs.
+func recordFields(ctx context.Context, rdb redis.UniversalClient, prefix string, ids []string, fields ...string) ([][]string, error) {
 	q := keys.New(prefix).Queue(benchQueue)
-	out := make([]string, 0, len(ids))
+	out := make([][]string, 0, len(ids))
 	for lo := 0; lo < len(ids); lo += 2000 {
 		hi := min(lo+2000, len(ids))
 		p := rdb.Pipeline()
-		cmds := make([]*redis.StringCmd, hi-lo)
+		cmds := make([]*redis.SliceCmd, hi-lo)
 		for i := lo; i < hi; i++ {
-			cmds[i-lo] = p.HGet(ctx, q.Task(ids[i]), field)
+			cmds[i-lo] = p.HMGet(ctx, q.Task(ids[i]), fields...)
 		}
 		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, err
 		}
 		for _, c := range cmds {
-			out = append(out, c.Val())
+			row := make([]string, len(fields))
+			for j, v := range c.Val() {
+				row[j], _ = v.(string) // nil: no such field
+			}
+			out = append(out, row)
 		}
 	}
 	return out, nil
@@ -139,17 +148,14 @@ func waitDrained(ctx context.Context, e *benchEnv, prefix string, total int64, l
 const drainPoll = 20 * time.Millisecond
 
 // lastFinished is the latest finished_at (unix ms, written by the completion that
-// recorded the outcome) among the tasks of ids: when the last outcome was recorded.
-func lastFinished(ctx context.Context, rdb redis.UniversalClient, prefix string, ids []string) (time.Time, error) {
-	vals, err := recordField(ctx, rdb, prefix, ids, "finished_at")
-	if err != nil {
-		return time.Time{}, err
-	}
+// recorded the outcome) in column col of recs, the records of the tasks of ids: when the
+// last outcome was recorded.
+func lastFinished(ids []string, recs [][]string, col int) (time.Time, error) {
 	var last int64
-	for i, v := range vals {
-		ms, err := strconv.ParseInt(v, 10, 64)
+	for i, r := range recs {
+		ms, err := strconv.ParseInt(r[col], 10, 64)
 		if err != nil {
-			return time.Time{}, fmt.Errorf("task %s: finished_at %q: not a time", ids[i], v)
+			return time.Time{}, fmt.Errorf("task %s: finished_at %q: not a time", ids[i], r[col])
 		}
 		last = max(last, ms)
 	}

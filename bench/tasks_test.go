@@ -29,7 +29,14 @@ func TestLastFinishedIsTheLatestRecord(t *testing.T) {
 		e.rdb.HSet(ctx, q.Task(id), "status", "succeeded", "finished_at", ms)
 		ids = append(ids, id)
 	}
-	got, err := lastFinished(ctx, e.rdb, prefix, ids)
+	recs, err := recordFields(ctx, e.rdb, prefix, ids, "status", "finished_at")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := tally(recs, 0); st["succeeded"] != 3 {
+		t.Fatalf("statuses of the one read: %v, want 3 succeeded", st)
+	}
+	got, err := lastFinished(ids, recs, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +46,11 @@ func TestLastFinishedIsTheLatestRecord(t *testing.T) {
 
 	// a task with no recorded finish cannot end the run: the error names it
 	e.rdb.HSet(ctx, q.Task("d"), "status", "running")
-	if _, err := lastFinished(ctx, e.rdb, prefix, append(ids, "d")); err == nil || !strings.Contains(err.Error(), "task d") {
+	ids = append(ids, "d")
+	if recs, err = recordFields(ctx, e.rdb, prefix, ids, "status", "finished_at"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lastFinished(ids, recs, 1); err == nil || !strings.Contains(err.Error(), "task d") {
 		t.Fatalf("a record without finished_at: err %v, want one naming task d", err)
 	}
 }

@@ -124,15 +124,16 @@ func runThroughput(ctx context.Context, e *benchEnv, o options) (throughputResul
 	if ts, err := firstStart(ctx, e, prefix, heads); err == nil && len(heads) > 0 {
 		first = float64(ts.Sub(start).Microseconds()) / 1000
 	}
-	st, err := statuses(ctx, e.rdb, prefix, ids)
+	recs, err := recordFields(ctx, e.rdb, prefix, ids, "status", "finished_at")
 	if err != nil {
 		return throughputResult{}, err
 	}
+	st := tally(recs, 0)
 	// The run lasts from the exec of the workers to the last outcome recorded: the
 	// records say when that was, to the millisecond, whenever the poll noticed it.
 	procDur := done.Sub(start)
 	if st["succeeded"] == n {
-		end, err := lastFinished(ctx, e.rdb, prefix, ids)
+		end, err := lastFinished(ids, recs, 1)
 		if err != nil {
 			return throughputResult{}, err
 		}
@@ -183,13 +184,13 @@ func streamHeads(ctx context.Context, e *benchEnv, prefix string) ([]string, err
 }
 
 func firstStart(ctx context.Context, e *benchEnv, prefix string, ids []string) (time.Time, error) {
-	vals, err := recordField(ctx, e.rdb, prefix, ids, "started_at")
+	recs, err := recordFields(ctx, e.rdb, prefix, ids, "started_at")
 	if err != nil {
 		return time.Time{}, err
 	}
 	best := int64(math.MaxInt64)
-	for _, v := range vals {
-		if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms < best {
+	for _, r := range recs {
+		if ms, err := strconv.ParseInt(r[0], 10, 64); err == nil && ms < best {
 			best = ms
 		}
 	}
