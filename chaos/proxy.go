@@ -28,6 +28,7 @@ type Proxy struct {
 	mu     sync.Mutex
 	conns  map[*pconn]struct{}
 	rules  []*replyRule
+	seen   []*Sighting
 	closed bool
 	wg     sync.WaitGroup
 
@@ -43,7 +44,19 @@ type replyRule struct {
 	left  int
 }
 
+// Sighting is where the first request matching a Watch came: on the Conn-th connection
+// the proxy accepted (1 for the first), when Accepted connections had been accepted.
+type Sighting struct {
+	match          func(req []byte) bool
+	Conn, Accepted int64
+	seen           chan struct{}
+}
+
+// Seen is closed once a matching request has passed.
+func (s *Sighting) Seen() <-chan struct{} { return s.seen }
+
 type pconn struct {
+	n              int64 // 1 for the first connection accepted
 	client, server net.Conn
 	once           sync.Once
 	cutOnReply     atomic.Bool // the next reply from Redis is dropped with the connection
@@ -98,8 +111,8 @@ func (p *Proxy) accept() {
 		}
 		p.conns[pc] = struct{}{}
 		p.wg.Add(2)
+		pc.n = p.accepted.Add(1)
 		p.mu.Unlock()
-		p.accepted.Add(1)
 		go p.pipe(pc, true)
 		go p.pipe(pc, false)
 	}
@@ -127,6 +140,7 @@ func (p *Proxy) pipe(pc *pconn, up bool) {
 				<-t.C
 			}
 			if up {
+				p.sight(pc, buf[:n])
 				if p.armed(buf[:n]) {
 					pc.cutOnReply.Store(true)
 				}
@@ -155,6 +169,29 @@ func (p *Proxy) armed(req []byte) bool {
 		}
 	}
 	return false
+}
+
+// Watch records where the first request matching match comes from, from now on.
+func (p *Proxy) Watch(match func(req []byte) bool) *Sighting {
+	s := &Sighting{match: match, seen: make(chan struct{})}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen = append(p.seen, s)
+	return s
+}
+
+// sight fills in the watches req is the first match of.
+func (p *Proxy) sight(pc *pconn, req []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := 0; i < len(p.seen); i++ {
+		if s := p.seen[i]; s.match(req) {
+			s.Conn, s.Accepted = pc.n, p.accepted.Load()
+			close(s.seen)
+			p.seen = append(p.seen[:i], p.seen[i+1:]...)
+			i--
+		}
+	}
 }
 
 // CutOnReply arms n cuts: each of the next n requests matching match is forwarded to

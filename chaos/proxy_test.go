@@ -93,3 +93,36 @@ func TestCommandMatchesTheCommandOnly(t *testing.T) {
 		t.Error("Contains did not match the EVAL: the case is not shown")
 	}
 }
+
+// A watch names the connection the first matching request came on, and how many
+// connections had been accepted by then; later matches change nothing.
+func TestProxyWatch(t *testing.T) {
+	t.Parallel()
+	p, via, _ := proxied(t)
+	ctx := context.Background()
+	key := redistest.Prefix(t) + ":w"
+	s := p.Watch(chaos.Command("GET", key))
+	if err := via.Set(ctx, key, "v", 0).Err(); err != nil { // connection 1
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Seen():
+		t.Fatal("a SET was taken for the watched GET")
+	default:
+	}
+	second := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, PoolSize: 1})
+	defer second.Close()
+	if err := second.Get(ctx, key).Err(); err != nil { // connection 2
+		t.Fatal(err)
+	}
+	<-s.Seen()
+	if s.Conn != 2 || s.Accepted != 2 {
+		t.Fatalf("seen on connection %d of %d accepted; want 2 of 2", s.Conn, s.Accepted)
+	}
+	if err := via.Get(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Conn != 2 {
+		t.Fatalf("a later match moved the sighting to connection %d", s.Conn)
+	}
+}
