@@ -50,9 +50,11 @@ func runWorker(args []string) int {
 		return exitUsage
 	}
 	defer rdb.Close()
-	// Dial the first connection while the worker is being built: the first fetch finds
-	// it ready.
+	// Dial the first connection while the worker is being built; the first fetch waits
+	// for it (below) rather than dialing a second beside it.
+	dialed := make(chan struct{})
 	go func() {
+		defer close(dialed)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = rdb.Ping(ctx).Err()
@@ -81,6 +83,15 @@ func runWorker(args []string) int {
 	// first task should not).
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// The first connection's set-up (connect, HELLO, the name, a PING) is under way: a
+	// fetch sent now would find no connection idle and dial another, and the two
+	// set-ups would share the start's processor time. A dial that fails or hangs ends
+	// the wait within the PING's 2 s; the worker then retries as it does after any
+	// failed fetch.
+	select {
+	case <-dialed:
+	case <-ctx.Done():
+	}
 	runErr := make(chan error, 1)
 	go func() { runErr <- w.Run(ctx) }()
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dtq/dtq/chaos"
 	"github.com/dtq/dtq/client"
 	"github.com/dtq/dtq/internal/envcfg"
 	"github.com/dtq/dtq/internal/redistest"
@@ -311,4 +312,46 @@ func TestNoOtherProgramsVariableLooksMisspelt(t *testing.T) {
 	if m := envcfg.Misspelt(environ, "DTQ_", runtime.EnvVars()); len(m) > 0 {
 		t.Fatalf("other programs' variables read as the worker's misspelt: %+v", m)
 	}
+}
+
+// A worker dials its first Redis connection while it is being built, and its first
+// claim goes out on that connection, even when the connection's set-up takes longer
+// than the build: a start dials one connection before its first task, not a second
+// one beside the first. Redis is behind a proxy that delays every chunk by 25 ms, so
+// the set-up (connect, HELLO, the name, a PING) takes well over 100 ms.
+func TestWorkerFirstClaimRidesThePreDialedConnection(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	proxy, err := chaos.NewProxy(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	proxy.SetDelay(25 * time.Millisecond)
+	prefix := redistest.Prefix(t)
+	c := client.New(srv.Client(t), client.Options{Prefix: prefix})
+	ctx := context.Background()
+	id, _, err := c.Enqueue(ctx, client.Task{Queue: "default", Function: "noop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := proxy.Watch(chaos.Command("EVALSHA"))
+	w := startWorker(t, []string{"DTQ_REDIS_URL=redis://" + proxy.Addr(), "DTQ_KEY_PREFIX=" + prefix,
+		"DTQ_LOG_FORMAT=json", "PORT=" + strconv.Itoa(freePort(t))})
+	select {
+	case <-claim.Seen():
+	case <-w.done:
+		t.Fatalf("worker exited before its first claim:\n%s", w.output.String())
+	case <-time.After(time.Minute):
+		t.Fatalf("no claim in a minute:\n%s", w.output.String())
+	}
+	if claim.Conn != 1 || claim.Accepted != 1 {
+		t.Fatalf("the first claim went out on connection %d of %d dialed; want the first and only one", claim.Conn, claim.Accepted)
+	}
+	proxy.SetDelay(0)
+	eventually(t, "the task to succeed", func() bool {
+		ti, err := c.Get(ctx, "default", id)
+		return err == nil && ti.Status == "succeeded"
+	})
+	w.stop(t)
 }
