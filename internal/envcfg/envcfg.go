@@ -115,7 +115,7 @@ func process(_ context.Context, l Lookuper, target any, o options) error {
 	}
 	e := v.Elem()
 	t := e.Type()
-	for _, f := range Fields(t) {
+	for _, f := range fields(t) {
 		sf := t.Field(f.index)
 		ef := e.Field(f.index)
 		if !ef.CanSet() {

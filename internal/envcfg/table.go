@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -51,10 +53,27 @@ func (f Field) unitSize() time.Duration {
 // Fields lists the variables of struct type t (or a pointer to one), in field order.
 // A malformed tag is a programming error: it panics, and every package's tests read
 // their tables.
-func Fields(t reflect.Type) []Field {
+func Fields(t reflect.Type) []Field { return slices.Clone(fields(t)) }
+
+// tables holds each struct type's fields, read from its tags once: a worker's start
+// reads its table for --help, to load and to check, and reading tags is most of the
+// cost of loading a configuration.
+var tables sync.Map // reflect.Type → []Field
+
+// fields is Fields without the copy: callers must not modify the slice.
+func fields(t reflect.Type) []Field {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if f, ok := tables.Load(t); ok {
+		return f.([]Field)
+	}
+	f, _ := tables.LoadOrStore(t, readFields(t))
+	return f.([]Field)
+}
+
+// readFields reads t's tags.
+func readFields(t reflect.Type) []Field {
 	var out []Field
 	for i := 0; i < t.NumField(); i++ {
 		sf := t.Field(i)
@@ -96,9 +115,9 @@ func Fields(t reflect.Type) []Field {
 // Vars is the --help table of struct type t: every variable, its default, and its
 // help ending with "; " and its range when it has one.
 func Vars(t reflect.Type) []Var {
-	fields := Fields(t)
-	vars := make([]Var, len(fields))
-	for i, f := range fields {
+	fs := fields(t)
+	vars := make([]Var, len(fs))
+	for i, f := range fs {
 		vars[i] = Var{Name: f.Var, Default: f.Default, Help: f.Help}
 		if f.Bounded {
 			vars[i].Help += "; " + f.Range()
@@ -116,7 +135,7 @@ func Check(v any, opts ...Option) error {
 		rv = rv.Elem()
 	}
 	o := buildOptions(opts)
-	for _, f := range Fields(rv.Type()) {
+	for _, f := range fields(rv.Type()) {
 		if !f.Bounded {
 			continue
 		}

@@ -216,6 +216,23 @@ func TestVars(t *testing.T) {
 	}
 }
 
+// A type's table is read once and shared inside the package; Fields hands out a copy,
+// so a caller changing it changes nothing for the loader, the checker or --help.
+func TestFieldsIsACopy(t *testing.T) {
+	t.Parallel()
+	f := envcfg.Fields(reflect.TypeFor[units]())
+	f[0].Var, f[0].Min, f[0].Max = "CHANGED", 1, 1
+	if g := envcfg.Fields(reflect.TypeFor[*units]()); g[0].Var != "X_S" || g[0].Max != 86400 {
+		t.Fatalf("a caller's change reached the shared table: %+v", g[0])
+	}
+	if u, err := load(map[string]string{"X_S": "2"}); err != nil || u.S != 2*time.Second {
+		t.Fatalf("load after a caller's change: %v %v", u.S, err)
+	}
+	if err := envcfg.Check(units{S: 100 * time.Second, N: 1, Bytes: 1}); err != nil {
+		t.Fatalf("check after a caller's change: %v", err)
+	}
+}
+
 // A malformed range or unit tag is a programming error, found by any test reading
 // the table.
 func TestFieldsPanicsOnBadTags(t *testing.T) {
